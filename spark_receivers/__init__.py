@@ -1,0 +1,55 @@
+"""spark-receivers: receiver-based stream ingestion for PySpark.
+
+Write a receiver for any push source in Python, run it as a long-lived Spark
+task, and get every batch as a PySpark DataFrame.
+"""
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.context import ContextState, StreamingContext, StreamingError
+from spark_receivers.driver.listener import (
+    BatchInfo,
+    OutputOperationInfo,
+    ReceiverInfo,
+    StreamingListener,
+)
+from spark_receivers.errors import (
+    BlockNotFoundError,
+    ConfigError,
+    ReceiverError,
+    RpcError,
+    SparkReceiversError,
+    StateError,
+    WriteAheadLogError,
+)
+from spark_receivers.receiver.block_store import StorageLevel
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receivers.line_source import LineSource
+from spark_receivers.receivers.socket_text import SocketTextReceiver
+from spark_receivers.stream import DataFrameStream, ReceiverInputStream
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BatchInfo",
+    "BlockNotFoundError",
+    "ConfigError",
+    "ContextState",
+    "DataFrameStream",
+    "LineSource",
+    "OutputOperationInfo",
+    "Receiver",
+    "ReceiverError",
+    "ReceiverInfo",
+    "ReceiverInputStream",
+    "RpcError",
+    "SocketTextReceiver",
+    "SparkReceiversError",
+    "StateError",
+    "StorageLevel",
+    "StreamingConfig",
+    "StreamingContext",
+    "StreamingError",
+    "StreamingListener",
+    "WriteAheadLogError",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Driver side: tracker, block tracker, scheduling, batches."""

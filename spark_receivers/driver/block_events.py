@@ -1,0 +1,74 @@
+"""The events the driver's block tracker writes to its WAL before changing memory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spark_receivers.errors import CorruptRecordError
+from spark_receivers.rpc.messages import ReceivedBlockInfo
+
+
+@dataclass(frozen=True)
+class BlockAdditionEvent:
+    """A block was reported by a receiver."""
+
+    block_info: ReceivedBlockInfo
+
+
+@dataclass(frozen=True)
+class BatchAllocationEvent:
+    """The unallocated blocks of every stream went to the batch at ``batch_time_ms``."""
+
+    batch_time_ms: int
+    blocks: dict[int, tuple[ReceivedBlockInfo, ...]]
+
+
+@dataclass(frozen=True)
+class BatchCleanupEvent:
+    """These batches completed and were forgotten."""
+
+    batch_times_ms: tuple[int, ...]
+
+
+BlockTrackerEvent = BlockAdditionEvent | BatchAllocationEvent | BatchCleanupEvent
+
+
+def encode_event(event: BlockTrackerEvent) -> bytes:
+    """Serialize an event as JSON (never pickle)."""
+    match event:
+        case BlockAdditionEvent(block_info=info):
+            body: dict[str, Any] = {"t": "add", "block": asdict(info)}
+        case BatchAllocationEvent(batch_time_ms=t, blocks=blocks):
+            body = {
+                "t": "alloc",
+                "time": t,
+                "blocks": {str(s): [asdict(b) for b in bs] for s, bs in blocks.items()},
+            }
+        case BatchCleanupEvent(batch_times_ms=times):
+            body = {"t": "clean", "times": list(times)}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_event(data: bytes) -> BlockTrackerEvent:
+    """Parse an event written by :func:`encode_event`; raise CorruptRecordError otherwise."""
+    try:
+        body = json.loads(data.decode("utf-8"))
+        kind = body["t"]
+        if kind == "add":
+            return BlockAdditionEvent(_info(body["block"]))
+        if kind == "alloc":
+            blocks = {int(s): tuple(_info(b) for b in bs) for s, bs in body["blocks"].items()}
+            return BatchAllocationEvent(int(body["time"]), blocks)
+        if kind == "clean":
+            return BatchCleanupEvent(tuple(int(t) for t in body["times"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        msg = f"driver WAL record is not a block tracker event: {e}"
+        raise CorruptRecordError(msg) from e
+    msg = f"driver WAL record has unknown event type {kind!r:.40}"
+    raise CorruptRecordError(msg)
+
+
+def _info(raw: dict[str, Any]) -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(**raw)

@@ -1,0 +1,198 @@
+"""Turns time into batches: allocate blocks, run the output operations, clean up.
+
+Spark's JobGenerator and JobScheduler in one. A timer on the injected clock
+ticks at every multiple of the batch interval; each tick allocates the received
+blocks to a batch and queues it; ``concurrent_jobs`` threads (1 by default) run
+the queued batches in order. When a batch completes, its blocks are dropped
+from the receivers' stores and the block tracker forgets it.
+
+Threads: the timer thread allocates and queues; batch threads run the user's
+output operations (which submit Spark jobs); listener events go to the bus.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from spark_receivers.driver.listener import BatchInfo, ListenerBus, OutputOperationInfo
+from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.util.clock import Clock
+from spark_receivers.util.timer import RecurringTimer
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OutputOperation:
+    """One output operation of a batch: ``run()`` submits its Spark jobs."""
+
+    id: int
+    name: str
+    run: Callable[[], None]
+
+
+BatchBuilder = Callable[[int, dict[int, list[ReceivedBlockInfo]]], list[OutputOperation]]
+
+
+class JobGenerator:
+    """Generates and runs one batch per batch interval; see the module doc."""
+
+    def __init__(
+        self,
+        sc: SparkContext,
+        batch_interval_ms: int,
+        block_tracker: ReceivedBlockTracker,
+        build_batch: BatchBuilder,
+        remove_blocks: Callable[[list[ReceivedBlockInfo]], None],
+        bus: ListenerBus,
+        clock: Clock,
+        concurrent_jobs: int = 1,
+        on_batch_error: Callable[[int, BaseException], None] | None = None,
+        after_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self._sc = sc
+        self.batch_interval_ms = batch_interval_ms
+        self._block_tracker = block_tracker
+        self._build_batch = build_batch
+        self._remove_blocks = remove_blocks
+        self._bus = bus
+        self._clock = clock
+        self._on_batch_error = on_batch_error
+        self._after_batch = after_batch
+        self._timer = RecurringTimer(clock, batch_interval_ms, self._generate, "job-generator")
+        self._executor = ThreadPoolExecutor(concurrent_jobs, thread_name_prefix="streaming-batch")
+        self._lock = threading.Condition()
+        self._pending: dict[int, Future[None]] = {}
+        self._last_completed_ms = -1
+        self.drain_timeout_s = 3600.0
+        self.batches_completed = 0
+        self.records_processed_by_batches = 0
+
+    @property
+    def last_completed_batch_ms(self) -> int:
+        """The newest batch time whose processing completed (-1 before any)."""
+        return self._last_completed_ms
+
+    def start(self) -> int:
+        """Start the timer; return the first batch time (on the batch grid)."""
+        return self._timer.start()
+
+    def _generate(self, batch_time_ms: int) -> None:
+        try:
+            self._block_tracker.allocate_blocks_to_batch(batch_time_ms)
+            blocks = self._block_tracker.get_blocks_of_batch(batch_time_ms)
+        except Exception:
+            log.exception("could not allocate blocks to batch %d", batch_time_ms)
+            return
+        info = BatchInfo(
+            batch_time_ms=batch_time_ms,
+            num_records_per_stream={s: sum(b.num_records for b in bs) for s, bs in blocks.items()},
+            submission_time_ms=self._clock.get_time_ms(),
+        )
+        self._bus.post("on_batch_submitted", info)
+        with self._lock:
+            self._pending[batch_time_ms] = self._executor.submit(self._run_batch, info, blocks)
+
+    def _run_batch(self, info: BatchInfo, blocks: dict[int, list[ReceivedBlockInfo]]) -> None:
+        t = info.batch_time_ms
+        info = replace(info, processing_start_time_ms=self._clock.get_time_ms())
+        self._bus.post("on_batch_started", info)
+        failure: BaseException | None = None
+        op_infos: dict[int, OutputOperationInfo] = {}
+        self._sc.setJobGroup(
+            f"spark-receivers-batch-{t}", f"Streaming batch {t}", interruptOnCancel=False
+        )
+        try:
+            operations = self._build_batch(t, blocks)
+        except Exception as e:
+            operations = []
+            failure = e
+            log.exception("could not build batch %d", t)
+        for op in operations:
+            op_info = OutputOperationInfo(t, op.id, op.name, op.name, self._clock.get_time_ms())
+            self._bus.post("on_output_operation_started", op_info)
+            try:
+                op.run()
+            except Exception as e:
+                log.exception("output operation %d (%s) of batch %d failed", op.id, op.name, t)
+                failure = failure or e
+                op_info = replace(op_info, failure_reason="".join(traceback.format_exception(e)))
+            op_info = replace(op_info, end_time_ms=self._clock.get_time_ms())
+            op_infos[op.id] = op_info
+            self._bus.post("on_output_operation_completed", op_info)
+            if failure is not None:
+                break
+        info = replace(
+            info, processing_end_time_ms=self._clock.get_time_ms(), output_operations=op_infos
+        )
+        if failure is not None:
+            self._finish(t, info, blocks, succeeded=False)
+            if self._on_batch_error is not None:
+                self._on_batch_error(t, failure)
+            return
+        self._finish(t, info, blocks, succeeded=True)
+
+    def _finish(
+        self, t: int, info: BatchInfo, blocks: dict[int, list[ReceivedBlockInfo]], succeeded: bool
+    ) -> None:
+        with self._lock:
+            self._pending.pop(t, None)
+            threshold = min(self._pending, default=t + 1)
+            if succeeded:
+                self._last_completed_ms = max(self._last_completed_ms, t)
+                self.batches_completed += 1
+                self.records_processed_by_batches += info.num_records
+            self._lock.notify_all()
+        if self._after_batch is not None:
+            self._after_batch(t)
+        self._bus.post("on_batch_completed", info)
+        if succeeded:
+            all_blocks = [b for bs in blocks.values() for b in bs]
+            if all_blocks:
+                self._remove_blocks(all_blocks)
+            self._block_tracker.cleanup_old_batches(threshold)
+
+    def pending_batches(self) -> list[int]:
+        """Times of the batches queued or running."""
+        with self._lock:
+            return sorted(self._pending)
+
+    def stop(self, graceful: bool, timeout_ms: int) -> bool:
+        """Stop generating batches. Return False if a graceful stop timed out.
+
+        Graceful: keep generating until every received block is allocated (within
+        ``timeout_ms``), stop the timer, then wait for every queued batch to be
+        processed (up to ``drain_timeout_s``, an hour by default, as Spark).
+        Otherwise stop the timer now and drop the batches not started.
+        """
+        deadline = self._clock.get_time_ms() + timeout_ms
+        completed = True
+        if graceful:
+            with self._block_tracker.allocation_changed:
+                while self._block_tracker.has_unallocated_blocks():
+                    remaining_ms = deadline - self._clock.get_time_ms()
+                    if remaining_ms <= 0:
+                        completed = False
+                        log.warning("graceful stop timed out with unallocated blocks")
+                        break
+                    self._block_tracker.allocation_changed.wait(min(remaining_ms, 500) / 1000.0)
+        self._timer.stop()
+        if graceful:
+            with self._lock:
+                if not self._lock.wait_for(lambda: not self._pending, self.drain_timeout_s):
+                    completed = False
+                    log.warning(
+                        "graceful stop timed out with batches %s pending", sorted(self._pending)
+                    )
+        self._executor.shutdown(wait=graceful and completed, cancel_futures=True)
+        return completed

@@ -1,0 +1,171 @@
+"""Streaming listener events and the bus that delivers them.
+
+Every callback runs on the bus's one thread, in the order events were posted;
+a callback may block briefly (it delays the callbacks after it, not the stream).
+A listener that raises is logged and does not stop the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReceiverInfo:
+    """What the driver knows of one receiver."""
+
+    stream_id: int
+    name: str
+    active: bool
+    location: str | None
+    executor_id: str | None
+    last_error_message: str = ""
+    last_error: str = ""
+    last_error_time_ms: int = -1
+
+
+@dataclass(frozen=True)
+class OutputOperationInfo:
+    """One output operation of one batch."""
+
+    batch_time_ms: int
+    id: int
+    name: str
+    description: str
+    start_time_ms: int | None = None
+    end_time_ms: int | None = None
+    failure_reason: str | None = None
+
+    @property
+    def duration_ms(self) -> int | None:
+        """How long it ran, once it ended."""
+        if self.start_time_ms is None or self.end_time_ms is None:
+            return None
+        return self.end_time_ms - self.start_time_ms
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """One batch: its records per stream and its delays (ms; None until known)."""
+
+    batch_time_ms: int
+    num_records_per_stream: dict[int, int]
+    submission_time_ms: int
+    processing_start_time_ms: int | None = None
+    processing_end_time_ms: int | None = None
+    output_operations: dict[int, OutputOperationInfo] = field(default_factory=dict)
+
+    @property
+    def num_records(self) -> int:
+        """Records of every stream in the batch."""
+        return sum(self.num_records_per_stream.values())
+
+    @property
+    def scheduling_delay_ms(self) -> int | None:
+        """From the batch's submission to the start of its processing."""
+        if self.processing_start_time_ms is None:
+            return None
+        return self.processing_start_time_ms - self.submission_time_ms
+
+    @property
+    def processing_delay_ms(self) -> int | None:
+        """How long the batch's output operations ran."""
+        if self.processing_start_time_ms is None or self.processing_end_time_ms is None:
+            return None
+        return self.processing_end_time_ms - self.processing_start_time_ms
+
+    @property
+    def total_delay_ms(self) -> int | None:
+        """Scheduling plus processing delay."""
+        s, p = self.scheduling_delay_ms, self.processing_delay_ms
+        return None if s is None or p is None else s + p
+
+
+class StreamingListener:
+    """Receives the events of a streaming context; every method is a no-op by default.
+
+    All callbacks run on the listener bus thread, one at a time, in order.
+    """
+
+    def on_streaming_started(self, time_ms: int) -> None:
+        """The context started."""
+
+    def on_receiver_started(self, info: ReceiverInfo) -> None:
+        """A receiver registered and started."""
+
+    def on_receiver_error(self, info: ReceiverInfo) -> None:
+        """A receiver reported an error (``info.last_error_message``)."""
+
+    def on_receiver_stopped(self, info: ReceiverInfo) -> None:
+        """A receiver deregistered."""
+
+    def on_batch_submitted(self, info: BatchInfo) -> None:
+        """A batch was allocated and queued."""
+
+    def on_batch_started(self, info: BatchInfo) -> None:
+        """A batch started processing."""
+
+    def on_batch_completed(self, info: BatchInfo) -> None:
+        """A batch finished (all of its output operations ran)."""
+
+    def on_output_operation_started(self, info: OutputOperationInfo) -> None:
+        """An output operation of a batch started."""
+
+    def on_output_operation_completed(self, info: OutputOperationInfo) -> None:
+        """An output operation ended (``failure_reason`` set if it failed)."""
+
+
+class ListenerBus:
+    """Delivers events to listeners on one thread, in order."""
+
+    def __init__(self) -> None:
+        self._listeners: list[StreamingListener] = []
+        self._queue: queue.Queue[tuple[str, object] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def add(self, listener: StreamingListener) -> None:
+        """Add a listener (it sees events posted from now on)."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove(self, listener: StreamingListener) -> None:
+        """Remove a listener."""
+        with self._lock:
+            self._listeners = [x for x in self._listeners if x is not listener]
+
+    def start(self) -> None:
+        """Start the bus thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="streaming-listener-bus", daemon=True
+            )
+            self._thread.start()
+
+    def post(self, method: str, payload: object) -> None:
+        """Queue ``listener.<method>(payload)`` for every listener."""
+        self._queue.put((method, payload))
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Deliver what is queued, then stop the thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            method, payload = item
+            for listener in self._listeners:
+                try:
+                    getattr(listener, method)(payload)
+                except Exception:
+                    log.exception("streaming listener %r raised in %s", listener, method)

@@ -1,0 +1,50 @@
+"""The exceptions of spark-receivers: one root, a few per subsystem.
+
+Every message says what failed, the value involved and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class SparkReceiversError(Exception):
+    """Root of every error raised by spark-receivers."""
+
+
+class ConfigError(SparkReceiversError, ValueError):
+    """A configuration key has a value that is not allowed."""
+
+
+class StateError(SparkReceiversError, RuntimeError):
+    """An operation was called in a lifecycle state that does not allow it."""
+
+
+class ReceiverError(SparkReceiversError):
+    """A receiver failed, or a record did not fit its schema."""
+
+
+class BlockStoreError(SparkReceiversError):
+    """A block could not be stored, found or read."""
+
+
+class BlockNotFoundError(BlockStoreError):
+    """A block is in neither its block store nor a write-ahead log."""
+
+
+class RpcError(SparkReceiversError):
+    """A remote call failed, was refused or could not be decoded."""
+
+
+class AuthenticationError(RpcError):
+    """A remote peer did not present valid credentials."""
+
+
+class WriteAheadLogError(SparkReceiversError):
+    """A write-ahead log could not be written, read or cleaned."""
+
+
+class CorruptRecordError(WriteAheadLogError):
+    """A write-ahead log record failed its checksum or framing check."""
+
+
+class CheckpointError(SparkReceiversError):
+    """A checkpoint could not be written or read back."""

@@ -1,0 +1,1 @@
+"""Executor side: everything that runs inside a receiver's Spark task."""

@@ -1,0 +1,243 @@
+"""Cuts the records a receiver stores into blocks, one per block interval.
+
+Spark's BlockGenerator, with one weakness fixed: memory stays bounded. When the
+push queue is full the timer cannot hand over its cut block, and instead of
+letting the current buffer grow without limit (as Spark's does), ``add_data``
+blocks the receiver until the pushing thread makes room.
+
+States, in order: ``INITIALIZED`` → ``ACTIVE`` → ``STOPPED_ADDING_DATA`` →
+``STOPPED_GENERATING_BLOCKS`` → ``STOPPED_ALL``.
+
+Threads: ``add_data*`` run on the receiver's threads; the timer thread cuts
+blocks and calls ``on_generate_block`` under the generator's lock (it must not
+block); the pushing thread calls ``on_push_block`` (it may block: it stores the
+block and reports it to the driver) and ``on_error``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from spark_receivers.errors import StateError
+from spark_receivers.receiver.rate_limiter import RateLimiter
+from spark_receivers.rpc.messages import StreamBlockId
+from spark_receivers.util.clock import Clock, SystemClock
+from spark_receivers.util.timer import RecurringTimer
+
+log = logging.getLogger(__name__)
+
+
+class BlockGeneratorState(enum.Enum):
+    """Lifecycle of a :class:`BlockGenerator`, in order."""
+
+    INITIALIZED = 0
+    ACTIVE = 1
+    STOPPED_ADDING_DATA = 2
+    STOPPED_GENERATING_BLOCKS = 3
+    STOPPED_ALL = 4
+
+
+@dataclass(frozen=True)
+class Block:
+    """Records cut from a generator's buffer: ``records`` is a plain list."""
+
+    block_id: StreamBlockId
+    records: list[Any]
+    generated_ms: int
+
+
+class BlockGeneratorListener(Protocol):
+    """Callbacks of a :class:`BlockGenerator` (see the module doc for threads)."""
+
+    def on_add_data(self, data: Any, metadata: Any) -> None:
+        """A record was added with :meth:`BlockGenerator.add_data_with_callback`."""
+
+    def on_generate_block(self, block_id: StreamBlockId) -> None:
+        """A block was cut (timer thread, under the generator lock: do not block)."""
+
+    def on_push_block(self, block: Block) -> None:
+        """Store and report ``block`` (pushing thread; may block; raise on failure)."""
+
+    def on_error(self, message: str, error: BaseException) -> None:
+        """Pushing ``block`` failed; the generator goes on with the next one."""
+
+
+_STOP = object()
+
+
+class BlockGenerator:
+    """Buffers records and pushes a block every ``block_interval_ms``.
+
+    ``next_block_id()`` gives each block its id (the supervisor's counter, so
+    ids stay unique across generators and restarts). At most
+    ``block_queue_size`` cut blocks wait for the pushing thread; when the queue
+    is full, adding blocks the caller.
+
+    Example::
+
+        gen = BlockGenerator(listener, next_block_id, block_interval_ms=200)
+        gen.start(); gen.add_data("x"); gen.stop()   # stop pushes "x" first
+    """
+
+    def __init__(
+        self,
+        listener: BlockGeneratorListener,
+        next_block_id: Callable[[], StreamBlockId],
+        block_interval_ms: int = 200,
+        block_queue_size: int = 10,
+        rate_limiter: RateLimiter | None = None,
+        clock: Clock | None = None,
+        name: str = "block-generator",
+    ) -> None:
+        if block_interval_ms <= 0:
+            msg = f"block_interval_ms must be > 0, got {block_interval_ms}"
+            raise ValueError(msg)
+        self._listener = listener
+        self._next_block_id = next_block_id
+        self.block_interval_ms = block_interval_ms
+        self.rate_limiter = rate_limiter or RateLimiter()
+        self._clock = clock or SystemClock()
+        self._name = name
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._buffer: list[Any] = []
+        self._waiting_for_room = False
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=block_queue_size)
+        self._timer = RecurringTimer(
+            self._clock, block_interval_ms, self._cut_block, f"{name}-timer"
+        )
+        self._pusher = threading.Thread(
+            target=self._keep_pushing, name=f"{name}-pusher", daemon=True
+        )
+        self._state = BlockGeneratorState.INITIALIZED
+        self._interrupt = threading.Event()
+
+    @property
+    def state(self) -> BlockGeneratorState:
+        """The current lifecycle state."""
+        return self._state
+
+    @property
+    def waiting_for_room(self) -> bool:
+        """True while a cut block waits for room in the full queue (adds block)."""
+        return self._waiting_for_room
+
+    def start(self) -> None:
+        """Start the timer and the pushing thread; only from ``INITIALIZED``."""
+        with self._lock:
+            if self._state is not BlockGeneratorState.INITIALIZED:
+                msg = f"cannot start BlockGenerator {self._name} in state {self._state.name}"
+                raise StateError(msg)
+            self._state = BlockGeneratorState.ACTIVE
+        self._timer.start()
+        self._pusher.start()
+
+    def stop(self) -> None:
+        """Stop adding, cut the last block, push every queued block, join; idempotent.
+
+        Records added before ``stop`` are all pushed before it returns.
+        """
+        with self._lock:
+            if self._state is not BlockGeneratorState.ACTIVE:
+                if self._state is BlockGeneratorState.INITIALIZED:
+                    self._state = BlockGeneratorState.STOPPED_ALL
+                return
+            self._state = BlockGeneratorState.STOPPED_ADDING_DATA
+            self._room.notify_all()
+        self._timer.stop(final_tick=True)
+        with self._lock:
+            self._state = BlockGeneratorState.STOPPED_GENERATING_BLOCKS
+        self._queue.put(_STOP)
+        self._pusher.join()
+        with self._lock:
+            self._state = BlockGeneratorState.STOPPED_ALL
+        log.debug("%s stopped", self._name)
+
+    def add_data(self, record: Any) -> None:
+        """Add one record to the current buffer (blocks under rate limit or a full queue)."""
+        if self.rate_limiter.rate is not None:
+            self.rate_limiter.acquire(1, self._interrupt)
+        with self._lock:
+            while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
+                self._room.wait()
+            if self._state is not BlockGeneratorState.ACTIVE:
+                self._not_active()
+            self._buffer.append(record)
+
+    def add_many(self, records: Iterable[Any]) -> int:
+        """Add many records in one call; return how many were added."""
+        items = records if isinstance(records, list) else list(records)
+        n = len(items)
+        if n == 0:
+            return 0
+        if self.rate_limiter.rate is not None:
+            self.rate_limiter.acquire(n, self._interrupt)
+        with self._lock:
+            while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
+                self._room.wait()
+            if self._state is not BlockGeneratorState.ACTIVE:
+                self._not_active()
+            self._buffer.extend(items)
+        return n
+
+    def add_data_with_callback(self, record: Any, metadata: Any) -> None:
+        """Add one record and call ``on_add_data(record, metadata)`` under the lock."""
+        if self.rate_limiter.rate is not None:
+            self.rate_limiter.acquire(1, self._interrupt)
+        with self._lock:
+            while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
+                self._room.wait()
+            if self._state is not BlockGeneratorState.ACTIVE:
+                self._not_active()
+            self._buffer.append(record)
+            self._listener.on_add_data(record, metadata)
+
+    def update_rate(self, rate: float) -> None:
+        """Change the rate limit (ignored when ≤ 0; capped at the max rate)."""
+        self.rate_limiter.update_rate(rate)
+
+    def _not_active(self) -> None:
+        msg = (
+            f"Cannot add data as BlockGenerator {self._name} has not been started or has "
+            f"been stopped (state {self._state.name})"
+        )
+        raise StateError(msg)
+
+    def _cut_block(self, time_ms: int) -> None:
+        block = None
+        with self._lock:
+            if self._buffer:
+                records, self._buffer = self._buffer, []
+                block = Block(self._next_block_id(), records, time_ms - self.block_interval_ms)
+                self._listener.on_generate_block(block.block_id)
+        if block is None:
+            return
+        try:
+            self._queue.put_nowait(block)
+        except queue.Full:
+            with self._lock:
+                self._waiting_for_room = True
+            self._queue.put(block)
+            with self._lock:
+                self._waiting_for_room = False
+                self._room.notify_all()
+
+    def _keep_pushing(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            try:
+                self._listener.on_push_block(item)
+            except Exception as e:
+                log.exception("%s failed to push block %s", self._name, item.block_id)
+                try:
+                    self._listener.on_error(f"Error in block pushing thread: {e}", e)
+                except Exception:
+                    log.exception("%s: on_error raised", self._name)

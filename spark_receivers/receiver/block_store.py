@@ -1,0 +1,147 @@
+"""The block store of one receiver task: blocks kept in memory, spilled to local disk.
+
+Blocks are Arrow tables. With ``StorageLevel.MEMORY_AND_DISK`` a block that does
+not fit in ``memory_budget_bytes`` is written to an Arrow IPC file in a local
+directory; with ``MEMORY_ONLY`` the budget is not enforced. Thread-safe: the
+pushing thread puts, Flight threads read, the control endpoint removes.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from spark_receivers.errors import BlockNotFoundError
+
+log = logging.getLogger(__name__)
+
+
+class StorageLevel(enum.Enum):
+    """Where a receiver's blocks are kept on its executor."""
+
+    MEMORY_ONLY = "memory_only"
+    MEMORY_AND_DISK = "memory_and_disk"
+
+
+@dataclass
+class _Entry:
+    table: pa.Table | None
+    path: str | None
+    generated_ms: int
+    size_bytes: int
+    num_rows: int
+
+
+class BlockStore:
+    """Blocks by name, in memory or spilled to ``spill_dir``."""
+
+    def __init__(
+        self,
+        storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+        memory_budget_bytes: int = 512 * 1024 * 1024,
+        spill_dir: str | None = None,
+    ) -> None:
+        self._level = storage_level
+        self._budget = memory_budget_bytes
+        self._spill_root = spill_dir
+        self._spill_dir: str | None = None
+        self._blocks: dict[str, _Entry] = {}
+        self._memory_bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of blocks held in memory."""
+        return self._memory_bytes
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._blocks
+
+    def put(self, name: str, table: pa.Table, generated_ms: int) -> int:
+        """Store a block; return its size in bytes."""
+        size = table.nbytes
+        spill = (
+            self._level is StorageLevel.MEMORY_AND_DISK and self._memory_bytes + size > self._budget
+        )
+        if spill:
+            path = self._spill(name, table)
+            entry = _Entry(None, path, generated_ms, size, table.num_rows)
+        else:
+            entry = _Entry(table, None, generated_ms, size, table.num_rows)
+        with self._lock:
+            old = self._blocks.pop(name, None)
+            if old is not None:
+                self._drop(old)
+            self._blocks[name] = entry
+            if entry.table is not None:
+                self._memory_bytes += size
+        return size
+
+    def get(self, name: str) -> pa.Table:
+        """Return a block; raise :class:`BlockNotFoundError` when it is not here."""
+        with self._lock:
+            entry = self._blocks.get(name)
+        if entry is None:
+            msg = f"block {name} is not in this block store (already removed, or never stored)"
+            raise BlockNotFoundError(msg)
+        if entry.table is not None:
+            return entry.table
+        assert entry.path is not None
+        with pa.memory_map(entry.path) as source:
+            return ipc.open_file(source).read_all()
+
+    def remove(self, names: list[str] | tuple[str, ...]) -> int:
+        """Drop blocks by name; return how many were here."""
+        n = 0
+        with self._lock:
+            for name in names:
+                entry = self._blocks.pop(name, None)
+                if entry is not None:
+                    self._drop(entry)
+                    n += 1
+        return n
+
+    def remove_older_than(self, threshold_ms: int) -> int:
+        """Drop blocks generated before ``threshold_ms``; return how many."""
+        with self._lock:
+            old = [n for n, e in self._blocks.items() if e.generated_ms < threshold_ms]
+        return self.remove(old)
+
+    def clear(self) -> None:
+        """Drop every block and the spill directory."""
+        with self._lock:
+            self._blocks.clear()
+            self._memory_bytes = 0
+            spill, self._spill_dir = self._spill_dir, None
+        if spill:
+            shutil.rmtree(spill, ignore_errors=True)
+
+    def _drop(self, entry: _Entry) -> None:
+        if entry.table is not None:
+            self._memory_bytes -= entry.size_bytes
+        elif entry.path:
+            try:
+                os.remove(entry.path)
+            except OSError:
+                log.warning("could not remove spilled block file %s", entry.path, exc_info=True)
+
+    def _spill(self, name: str, table: pa.Table) -> str:
+        if self._spill_dir is None:
+            self._spill_dir = tempfile.mkdtemp(
+                prefix="spark-receivers-blocks-", dir=self._spill_root
+            )
+        path = os.path.join(self._spill_dir, f"{name}.arrow")
+        with pa.OSFile(path, "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        return path

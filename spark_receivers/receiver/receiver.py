@@ -1,0 +1,161 @@
+"""The base class of every receiver, the public face of the executor side."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_receivers.errors import StateError
+from spark_receivers.receiver.block_store import StorageLevel
+from spark_receivers.receiver.schema import DEFAULT_SCHEMA, is_block_data
+
+if TYPE_CHECKING:
+    from spark_receivers.receiver.supervisor import ReceiverSupervisor
+
+log = logging.getLogger(__name__)
+
+
+class Receiver:
+    """A source of records, run as a long-lived Spark task on an executor.
+
+    Subclass it and implement :meth:`on_start` (must not block: start your
+    threads there) and :meth:`on_stop` (release what ``on_start`` took). From
+    any thread, :meth:`store` hands records to spark-receivers:
+
+    * ``store("a record")``: one record, buffered into the current block;
+    * ``store(["a", "b"])`` (any list or iterable): many records in one call;
+    * ``store(batch)`` with a ``pyarrow.RecordBatch``/``Table`` or a pandas frame:
+      stored as a block of its own, without per-record work;
+    * ``store(..., reliable=True)``: returns only once the block is stored (and
+      in the WAL when enabled) and the driver accepted it, and raises otherwise,
+      so the receiver may then acknowledge its source.
+
+    The receiver object is pickled (cloudpickle) to the executor; keep
+    connections and threads out of ``__init__``.
+
+    Example::
+
+        class Ticker(Receiver):
+            def on_start(self):
+                threading.Thread(target=self._run, daemon=True).start()
+            def on_stop(self):
+                pass
+            def _run(self):
+                while not self.is_stopped():
+                    self.store("tick")
+    """
+
+    # Class-level defaults, so that a subclass that forgets super().__init__() works.
+    storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK
+    preferred_location: str | None = None
+    schema: pa.Schema = DEFAULT_SCHEMA
+    _stream_id: int = -1
+    _supervisor: ReceiverSupervisor | None = None
+
+    def __init__(
+        self,
+        storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+        *,
+        schema: pa.Schema | None = None,
+        preferred_location: str | None = None,
+    ) -> None:
+        self.storage_level = storage_level
+        self.preferred_location = preferred_location
+        if schema is not None:
+            self.schema = schema
+
+    # --- to implement -------------------------------------------------------
+
+    def on_start(self) -> None:
+        """Start receiving (on the supervisor's thread; must not block)."""
+        raise NotImplementedError
+
+    def on_stop(self) -> None:
+        """Stop receiving and release what :meth:`on_start` took."""
+        raise NotImplementedError
+
+    # --- to call ------------------------------------------------------------
+
+    @property
+    def stream_id(self) -> int:
+        """The id of the input stream this receiver feeds (set by the context)."""
+        return self._stream_id
+
+    def store(
+        self, data: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
+    ) -> None:
+        """Store one record, many records, or an Arrow/pandas block (see the class doc).
+
+        Blocks while the rate limit or a full block queue holds the receiver back.
+        """
+        sup = self._attached()
+        if type(data) is str and metadata is None and not reliable:
+            sup.add_record(data)
+        elif is_block_data(data):
+            sup.push_table(data, metadata, reliable)
+        elif isinstance(data, list | tuple) or (
+            isinstance(data, Iterable) and not isinstance(data, str | bytes | dict)
+        ):
+            if isinstance(data, tuple) and not self._tuple_is_many():
+                sup.add_record(data, metadata, reliable)
+            else:
+                sup.add_records(data if isinstance(data, list) else list(data), metadata, reliable)
+        else:
+            sup.add_record(data, metadata, reliable)
+
+    def restart(
+        self, message: str, error: BaseException | None = None, delay_ms: int | None = None
+    ) -> None:
+        """Restart the receiver: returns at once; stop, wait ``delay_ms``, start run elsewhere."""
+        self._attached().restart_receiver(message, error, delay_ms)
+
+    def stop(self, message: str, error: BaseException | None = None) -> None:
+        """Stop the receiver for good (the task ends; with ``error``, it fails)."""
+        self._attached().stop(message, error)
+
+    def report_error(self, message: str, error: BaseException | None = None) -> None:
+        """Report an error to the driver without stopping."""
+        self._attached().report_error(message, error)
+
+    def is_started(self) -> bool:
+        """True once the supervisor started the receiver and until it stops."""
+        sup = self._supervisor
+        return sup is not None and sup.is_receiver_started()
+
+    def is_stopped(self) -> bool:
+        """True when the receiver is stopped (or not yet started)."""
+        sup = self._supervisor
+        return sup is None or sup.is_receiver_stopped()
+
+    # --- internals ----------------------------------------------------------
+
+    def _tuple_is_many(self) -> bool:
+        # With a multi-column schema a tuple is one record; with the default it is many.
+        return len(self.schema) == 1
+
+    def _attached(self) -> ReceiverSupervisor:
+        sup = self._supervisor
+        if sup is None:
+            msg = (
+                f"{type(self).__name__} is not running: store/restart/stop may only be "
+                "called after the supervisor started it on an executor"
+            )
+            raise StateError(msg)
+        return sup
+
+    def _attach(self, supervisor: ReceiverSupervisor, stream_id: int) -> None:
+        self._supervisor = supervisor
+        self._stream_id = stream_id
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_supervisor", None)
+        return state
+
+    @property
+    def name(self) -> str:
+        """``<ReceiverClass>-<stream id>``, the name the driver shows."""
+        return f"{type(self).__name__}-{self._stream_id}"

@@ -1,0 +1,394 @@
+"""Runs one receiver inside its Spark task: blocks, block server, driver reports.
+
+Spark's ReceiverSupervisor(Impl). States ``INITIALIZED`` → ``STARTED`` →
+``STOPPED`` (the supervisor) and the same three for the receiver, which may
+cycle between Started and Stopped while it restarts.
+
+* ``start()``: start the block generator and the block server, register with
+  the driver (a refusal stops the supervisor with the driver's message), then
+  ``on_start`` (an exception there stops it with that error).
+* ``stop(message, error)``: ``on_stop``, ``DeregisterReceiver``, drain the block
+  generator (its last blocks are pushed), keep serving the blocks that batches
+  have not read yet (up to ``receiver_drain_timeout_s``), then release
+  :meth:`await_termination`, which re-raises the stopping error.
+
+The block server answers ``StopReceiver``, ``CleanupOldBlocks``,
+``RemoveBlocks`` and ``UpdateRateLimit`` from the driver and serves blocks to
+batch readers (Arrow Flight, authenticated).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import threading
+import traceback
+from typing import Any
+
+import pyarrow as pa
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.receiver.block_generator import Block, BlockGenerator
+from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.rate_limiter import RateLimiter
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
+from spark_receivers.util.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+
+class SupervisorState(enum.Enum):
+    """Lifecycle of a supervisor (and of its receiver)."""
+
+    INITIALIZED = 0
+    STARTED = 1
+    STOPPED = 2
+
+
+def describe_error(error: BaseException | None) -> str:
+    """The text of an error with its stack, as sent to the driver ('' for None)."""
+    if error is None:
+        return ""
+    return "".join(traceback.format_exception(error)).strip()
+
+
+class ReceiverSupervisor:
+    """Supervises one receiver in its task; see the module doc for the lifecycle.
+
+    Thread-safe. ``add_record``/``add_records``/``push_table`` are called by the
+    receiver's threads through :meth:`Receiver.store`.
+    """
+
+    def __init__(
+        self,
+        receiver: Receiver,
+        stream_id: int,
+        tracker_address: str,
+        secret: str,
+        config: StreamingConfig,
+        host: str,
+        executor_id: str,
+        clock: Clock | None = None,
+    ) -> None:
+        self.receiver = receiver
+        self.stream_id = stream_id
+        self.config = config
+        self.executor_id = executor_id
+        self.host = host
+        self._clock = clock or SystemClock()
+        self._session = self._clock.get_time_ms()
+        self._seq = itertools.count()
+        self._schema = receiver.schema
+        self._default_schema = is_default(self._schema)
+        self.block_store = BlockStore(receiver.storage_level)
+        self._tracker = EndpointClient(tracker_address, secret)
+        self._server = FlightEndpoint(
+            f"receiver-{stream_id}",
+            host,
+            secret,
+            m.SUPERVISOR_MESSAGES,
+            self._handle,
+            self._read_block,
+            config.max_message_bytes,
+        )
+        initial = config.backpressure_initial_rate if config.backpressure_enabled else None
+        self.rate_limiter = RateLimiter(config.max_rate_or_none, initial)
+        self._generator = BlockGenerator(
+            self,
+            self._next_block_id,
+            config.block_interval_ms,
+            config.block_queue_size,
+            self.rate_limiter,
+            self._clock,
+            name=f"block-generator-{stream_id}",
+        )
+        self._lock = threading.RLock()
+        self._state = SupervisorState.INITIALIZED
+        self._receiver_state = SupervisorState.INITIALIZED
+        self._terminated = threading.Event()
+        self._stopping_error: BaseException | None = None
+        self._stop_message = ""
+        self._blocks_changed = threading.Condition()
+        self.records_stored = 0
+        self.blocks_pushed = 0
+        receiver._attach(self, stream_id)
+
+    # --- lifecycle ----------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of this supervisor's block/control server."""
+        return self._server.address
+
+    def start(self) -> None:
+        """Start generators, register, start the receiver (see the module doc)."""
+        with self._lock:
+            if self._state is not SupervisorState.INITIALIZED:
+                msg = (
+                    f"cannot start the supervisor of stream {self.stream_id} "
+                    f"in state {self._state.name}"
+                )
+                raise StateError(msg)
+            self._state = SupervisorState.STARTED
+        self._generator.start()
+        self._start_receiver()
+
+    def _start_receiver(self) -> None:
+        with self._lock:
+            if self._state is SupervisorState.STOPPED:
+                return
+            try:
+                ok = self._tracker.call(
+                    m.RegisterReceiver(
+                        self.stream_id,
+                        type(self.receiver).__name__,
+                        self.host,
+                        self.executor_id,
+                        self.endpoint,
+                    )
+                )
+            except Exception as e:  # noqa: BLE001 - the supervisor stops with the cause
+                threading.Thread(
+                    target=self.stop, args=("Error registering receiver", e), daemon=True
+                ).start()
+                return
+            if not ok:
+                msg = (
+                    "Registered unsuccessfully because Driver refused to start receiver "
+                    f"{self.stream_id}"
+                )
+                threading.Thread(target=self.stop, args=(msg, None), daemon=True).start()
+                return
+            self._receiver_state = SupervisorState.STARTED
+        log.info("starting receiver %s (%s)", self.stream_id, type(self.receiver).__name__)
+        try:
+            self.receiver.on_start()
+        except Exception as e:
+            log.exception("receiver %s failed in on_start", self.stream_id)
+            threading.Thread(
+                target=self.stop, args=("Error starting receiver", e), daemon=True
+            ).start()
+
+    def _stop_receiver(self, message: str, error: BaseException | None) -> None:
+        with self._lock:
+            if self._receiver_state is not SupervisorState.STARTED:
+                return
+            self._receiver_state = SupervisorState.STOPPED
+        log.info("stopping receiver %s: %s", self.stream_id, message)
+        try:
+            self.receiver.on_stop()
+        except Exception:
+            log.exception("receiver %s failed in on_stop", self.stream_id)
+        try:
+            self._tracker.call(m.DeregisterReceiver(self.stream_id, message, describe_error(error)))
+        except Exception:
+            log.warning("could not deregister receiver %s", self.stream_id, exc_info=True)
+
+    def stop(self, message: str, error: BaseException | None = None) -> None:
+        """Stop for good: the receiver, then the generator (drained), then the task."""
+        with self._lock:
+            if self._state is SupervisorState.STOPPED:
+                return
+            self._state = SupervisorState.STOPPED
+            self._stopping_error = error
+            self._stop_message = message
+        self._stop_receiver(message, error)
+        self._generator.stop()
+        self._linger()
+        self._server.close()
+        self.block_store.clear()
+        self._tracker.close()
+        self._terminated.set()
+
+    def _linger(self) -> None:
+        # Blocks live in this task: keep serving them until the batches that hold
+        # them completed (the driver removes them), or the drain timeout passes.
+        timeout = self.config.receiver_drain_timeout_s
+        with self._blocks_changed:
+            done = self._blocks_changed.wait_for(lambda: len(self.block_store) == 0, timeout)
+        if not done:
+            log.warning(
+                "receiver %s stops with %d unread block(s) after %.0fs",
+                self.stream_id,
+                len(self.block_store),
+                timeout,
+            )
+
+    def restart_receiver(
+        self, message: str, error: BaseException | None, delay_ms: int | None
+    ) -> None:
+        """Stop the receiver, wait, start it again; returns at once."""
+        delay = self.config.receiver_restart_delay_ms if delay_ms is None else delay_ms
+
+        def run() -> None:
+            self._stop_receiver(message, error)
+            if not self._terminated.wait(delay / 1000.0):
+                self._start_receiver()
+
+        threading.Thread(target=run, name=f"receiver-{self.stream_id}-restart", daemon=True).start()
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait until stopped; re-raise the stopping error. Return False on timeout."""
+        if not self._terminated.wait(timeout_s):
+            return False
+        if self._stopping_error is not None:
+            msg = f"receiver {self.stream_id} stopped: {self._stop_message}"
+            raise ReceiverError(msg) from self._stopping_error
+        return True
+
+    def is_receiver_started(self) -> bool:
+        """True while the receiver is started."""
+        return self._receiver_state is SupervisorState.STARTED
+
+    def is_receiver_stopped(self) -> bool:
+        """True once the receiver stopped (also during a restart's delay)."""
+        return self._receiver_state is SupervisorState.STOPPED
+
+    def report_error(self, message: str, error: BaseException | None) -> None:
+        """Send ``ReportError`` to the driver (logged if the driver cannot be reached)."""
+        try:
+            self._tracker.call(m.ReportError(self.stream_id, message, describe_error(error)))
+        except Exception:
+            log.warning(
+                "could not report error of receiver %s: %s", self.stream_id, message, exc_info=True
+            )
+
+    # --- storing --------------------------------------------------------------
+
+    def add_record(
+        self, record: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
+    ) -> None:
+        """Store one record through the block generator (or as its own block if reliable)."""
+        if not (self._default_schema and type(record) is str):
+            check_record(record, self._schema)
+        if reliable:
+            self._push_records_now([record], metadata)
+        elif metadata is None:
+            self._generator.add_data(record)
+        else:
+            self._generator.add_data_with_callback(record, metadata)
+
+    def add_records(
+        self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
+    ) -> None:
+        """Store many records (one block of their own if reliable)."""
+        if self._default_schema:
+            if not all(type(r) is str for r in records):
+                for r in records:
+                    check_record(r, self._schema)
+        else:
+            for r in records:
+                check_record(r, self._schema)
+        if reliable or metadata is not None:
+            self._push_records_now(records, metadata)
+        else:
+            self._generator.add_many(records)
+
+    def push_table(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
+        """Store an Arrow batch/table or a pandas frame as a block of its own."""
+        table = to_table(data, self._schema)
+        if table.num_rows == 0:
+            return
+        self.rate_limiter.acquire(table.num_rows)
+        self._push_block(self._next_block_id(), table, metadata, self._clock.get_time_ms())
+
+    def _push_records_now(self, records: list[Any], metadata: dict[str, Any] | None) -> None:
+        if not records:
+            return
+        table = records_to_table(records, self._schema)
+        self.rate_limiter.acquire(len(records))
+        self._push_block(self._next_block_id(), table, metadata, self._clock.get_time_ms())
+
+    def _next_block_id(self) -> m.StreamBlockId:
+        return m.StreamBlockId(self.stream_id, self._session, next(self._seq))
+
+    def _push_block(
+        self,
+        block_id: m.StreamBlockId,
+        table: pa.Table,
+        metadata: dict[str, Any] | None,
+        generated_ms: int,
+    ) -> None:
+        name = block_id.name
+        size = self.block_store.put(name, table, generated_ms)
+        info = m.ReceivedBlockInfo(
+            stream_id=self.stream_id,
+            block_id=name,
+            num_records=table.num_rows,
+            generated_ms=generated_ms,
+            store_endpoint=self.endpoint,
+            size_bytes=size,
+            metadata=metadata,
+        )
+        try:
+            ok = self._tracker.call(m.AddBlock(info))
+        except Exception:
+            self._remove_blocks([name])
+            raise
+        if not ok:
+            self._remove_blocks([name])
+            msg = f"Failed to add block {name} to receiver tracker"
+            raise ReceiverError(msg)
+        self.records_stored += table.num_rows
+        self.blocks_pushed += 1
+
+    # --- BlockGeneratorListener -------------------------------------------------
+
+    def on_add_data(self, data: Any, metadata: Any) -> None:
+        """Records added with metadata need no per-record callback here."""
+
+    def on_generate_block(self, block_id: m.StreamBlockId) -> None:
+        """Nothing to do when a block is cut."""
+
+    def on_push_block(self, block: Block) -> None:
+        """Convert the cut records to Arrow, store and report them."""
+        table = records_to_table(block.records, self._schema)
+        self._push_block(block.block_id, table, None, block.generated_ms)
+
+    def on_error(self, message: str, error: BaseException) -> None:
+        """A block could not be pushed: tell the driver."""
+        self.report_error(message, error)
+
+    # --- server side ------------------------------------------------------------
+
+    def _remove_blocks(self, names: list[str] | tuple[str, ...]) -> int:
+        n = self.block_store.remove(names)
+        with self._blocks_changed:
+            self._blocks_changed.notify_all()
+        return n
+
+    def _handle(self, message: m.SupervisorMessage) -> Any:
+        match message:
+            case m.StopReceiver():
+                threading.Thread(
+                    target=self.stop,
+                    args=("Stopped by driver", None),
+                    name="receiver-stop",
+                    daemon=True,
+                ).start()
+                return True
+            case m.RemoveBlocks(block_ids=ids):
+                return self._remove_blocks(ids)
+            case m.CleanupOldBlocks(threshold_ms=threshold):
+                n = self.block_store.remove_older_than(threshold)
+                with self._blocks_changed:
+                    self._blocks_changed.notify_all()
+                return n
+            case m.UpdateRateLimit(rate=rate):
+                self._generator.update_rate(rate)
+                return True
+        msg = f"unexpected message {message!r}"
+        raise StateError(msg)
+
+    def _read_block(self, ticket: bytes) -> pa.Table:
+        name = ticket.decode("ascii", "replace")
+        block_id = m.StreamBlockId.parse(name)
+        if block_id.stream_id != self.stream_id:
+            msg = f"block {name} does not belong to stream {self.stream_id}"
+            raise ReceiverError(msg)
+        return self.block_store.get(name)

@@ -1,0 +1,149 @@
+"""``SocketTextReceiver``: one record per UTF-8 line read from a TCP server."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+
+from spark_receivers.errors import ReceiverError
+from spark_receivers.receiver.receiver import Receiver
+
+log = logging.getLogger(__name__)
+
+
+class SocketTextReceiver(Receiver):
+    """Connects to ``host:port`` and stores every line (UTF-8, without its newline).
+
+    When the connection drops or cannot be made, the receiver restarts and
+    reconnects with a backoff that doubles from ``receiver_restart_delay_ms`` up
+    to ``max_backoff_ms``. A line longer than ``max_record_bytes`` or not valid
+    UTF-8 is skipped, counted and reported to the driver; the lines around it
+    are kept.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_record_bytes: int = 1024 * 1024,
+        max_backoff_ms: int = 30_000,
+        read_size: int = 256 * 1024,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.host = host
+        self.port = port
+        self.max_record_bytes = max_record_bytes
+        self.max_backoff_ms = max_backoff_ms
+        self.read_size = read_size
+        self.bad_records = 0
+        self._failures = 0
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = super().__getstate__()
+        state["_sock"] = None
+        state["_thread"] = None
+        return state
+
+    def on_start(self) -> None:
+        """Start the reading thread."""
+        self._thread = threading.Thread(
+            target=self._receive, name=f"socket-receiver-{self.stream_id}", daemon=True
+        )
+        self._thread.start()
+
+    def on_stop(self) -> None:
+        """Close the connection; the reading thread ends."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _backoff_ms(self) -> int:
+        self._failures += 1
+        base = 500
+        return int(min(base * 2 ** min(self._failures - 1, 16), self.max_backoff_ms))
+
+    def _receive(self) -> None:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=10)
+        except OSError as e:
+            if not self.is_stopped():
+                self.restart(
+                    f"cannot connect to {self.host}:{self.port}: {e}", e, self._backoff_ms()
+                )
+            return
+        sock.settimeout(None)
+        self._sock = sock
+        pending = b""
+        try:
+            while not self.is_stopped():
+                data = sock.recv(self.read_size)
+                if not data:
+                    break
+                self._failures = 0
+                data = pending + data
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    pending = data
+                    if len(pending) > self.max_record_bytes:
+                        self._bad(
+                            f"line longer than max_record_bytes={self.max_record_bytes} skipped"
+                        )
+                        pending = b""
+                    continue
+                pending = data[cut + 1 :]
+                self._store_lines(data[:cut])
+        except OSError as e:
+            if not self.is_stopped():
+                self.restart(
+                    f"error reading from {self.host}:{self.port}: {e}", e, self._backoff_ms()
+                )
+            return
+        if not self.is_stopped():
+            if pending:
+                self._store_lines(pending)
+            self.restart(f"connection to {self.host}:{self.port} closed", None, self._backoff_ms())
+
+    def _store_lines(self, chunk: bytes) -> None:
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            self._store_checked(chunk.split(b"\n"))
+            return
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line.removesuffix("\r") for line in lines]
+        if len(chunk) > self.max_record_bytes and any(
+            len(line) > self.max_record_bytes // 4 for line in lines
+        ):
+            self._store_checked([line.encode() for line in lines])
+            return
+        self.store(lines)
+
+    def _store_checked(self, raw_lines: list[bytes]) -> None:
+        good = []
+        for raw in raw_lines:
+            if len(raw) > self.max_record_bytes:
+                self._bad(
+                    f"line of {len(raw)} bytes longer than "
+                    f"max_record_bytes={self.max_record_bytes} skipped"
+                )
+                continue
+            try:
+                good.append(raw.decode("utf-8").removesuffix("\r"))
+            except UnicodeDecodeError as e:
+                self._bad(f"line that is not valid UTF-8 skipped: {raw[:60]!r}", e)
+        if good:
+            self.store(good)
+
+    def _bad(self, message: str, error: BaseException | None = None) -> None:
+        self.bad_records += 1
+        log.warning("receiver %d: %s", self.stream_id, message)
+        self.report_error(message, error or ReceiverError(message))

@@ -1,0 +1,1 @@
+"""Messages, transport and authentication shared by the driver and the receivers."""

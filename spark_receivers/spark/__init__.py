@@ -1,0 +1,1 @@
+"""PySpark glue: the batch reader over blocks and the receiver job launcher."""

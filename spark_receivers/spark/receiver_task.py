@@ -1,0 +1,87 @@
+"""The body of a receiver's one-task Spark job (runs in a Python worker on an executor)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.receiver.receiver import Receiver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReceiverTaskSpec:
+    """What a receiver's task needs: pickled with the task by PySpark."""
+
+    receiver: Receiver
+    stream_id: int
+    tracker_address: str
+    secret: str
+    config: dict[str, Any]
+
+
+def executor_host() -> str:
+    """The address this executor's servers bind to and advertise."""
+    ip = os.environ.get("SPARK_LOCAL_IP")
+    if ip:
+        return ip
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def executor_id() -> str:
+    """The executor's id as far as a Python worker can tell ("driver" in local mode)."""
+    return (
+        os.environ.get("SPARK_EXECUTOR_ID")
+        or os.environ.get("SPARK_RECEIVERS_EXECUTOR_ID")
+        or "driver"
+    )
+
+
+def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iterator[str]]:
+    """Return the ``mapPartitions`` function that runs the receiver's supervisor.
+
+    A task attempt other than the first returns at once: the tracker, not
+    Spark's task retry, decides where a receiver restarts.
+    """
+
+    def run(_: Iterator[Any]) -> Iterator[str]:
+        from pyspark import TaskContext
+
+        from spark_receivers.receiver.supervisor import ReceiverSupervisor
+
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() != 0:
+            return
+        _configure_worker_logging()
+        supervisor = ReceiverSupervisor(
+            spec.receiver,
+            spec.stream_id,
+            spec.tracker_address,
+            spec.secret,
+            StreamingConfig(**spec.config),
+            executor_host(),
+            executor_id(),
+        )
+        supervisor.start()
+        supervisor.await_termination()
+        yield f"receiver {spec.stream_id} stopped after {supervisor.records_stored} records"
+
+    return run
+
+
+def _configure_worker_logging() -> None:
+    root = logging.getLogger("spark_receivers")
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(os.environ.get("SPARK_RECEIVERS_LOG_LEVEL", "WARNING"))

@@ -1,0 +1,66 @@
+"""Helpers for testing code built on spark-receivers: a manual clock and test receivers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.util.clock import ManualClock
+
+__all__ = ["ManualClock", "SequenceReceiver"]
+
+
+class SequenceReceiver(Receiver):
+    """Stores a fixed list of string records, then idles until stopped.
+
+    ``mode`` says how: ``"one"`` (one ``store`` per record), ``"list"`` (lists of
+    ``chunk`` records), ``"arrow"`` (Arrow record batches of ``chunk`` rows),
+    ``"pandas"`` (pandas frames), ``"reliable"`` (lists with ``reliable=True``),
+    or ``"mixed"`` (each of the above in turn).
+    """
+
+    MODES = ("one", "list", "arrow", "pandas", "reliable")
+
+    def __init__(self, records: Sequence[str], mode: str = "mixed", chunk: int = 100) -> None:
+        super().__init__()
+        if mode not in (*self.MODES, "mixed"):
+            msg = f"mode must be one of {(*self.MODES, 'mixed')}, got {mode!r}"
+            raise ValueError(msg)
+        self.records = list(records)
+        self.mode = mode
+        self.chunk = chunk
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_thread"] = None
+        return state
+
+    def on_start(self) -> None:
+        """Start storing on a thread of its own."""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def on_stop(self) -> None:
+        """Nothing to release."""
+
+    def _run(self) -> None:
+        import pandas as pd
+        import pyarrow as pa
+
+        chunks = [self.records[i : i + self.chunk] for i in range(0, len(self.records), self.chunk)]
+        for i, part in enumerate(chunks):
+            mode = self.MODES[i % len(self.MODES)] if self.mode == "mixed" else self.mode
+            if mode == "one":
+                for r in part:
+                    self.store(r)
+            elif mode == "list":
+                self.store(part)
+            elif mode == "arrow":
+                self.store(pa.RecordBatch.from_pydict({"value": part}))
+            elif mode == "pandas":
+                self.store(pd.DataFrame({"value": part}))
+            else:
+                self.store(part, reliable=True)

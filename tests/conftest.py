@@ -1,0 +1,31 @@
+"""Shared fixtures: one local Spark session for the whole test run."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[4] SparkSession shared by every test that needs Spark."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[4]")
+        .appName("spark-receivers-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

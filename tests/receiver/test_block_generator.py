@@ -1,0 +1,203 @@
+"""BlockGenerator under a manual clock (Spark's BlockGeneratorSuite, and memory bounds)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_receivers.errors import StateError
+from spark_receivers.receiver.block_generator import Block, BlockGenerator, BlockGeneratorState
+from spark_receivers.rpc.messages import StreamBlockId
+from spark_receivers.testing import ManualClock
+
+WAIT_S = 10
+
+
+class Listener:
+    def __init__(self, fail_pushes: int = 0, hold: threading.Event | None = None) -> None:
+        self.cond = threading.Condition()
+        self.added: list[tuple[object, object]] = []
+        self.generated: list[StreamBlockId] = []
+        self.pushed: list[Block] = []
+        self.errors: list[tuple[str, BaseException]] = []
+        self.fail_pushes = fail_pushes
+        self.hold = hold
+
+    def on_add_data(self, data, metadata):
+        self.added.append((data, metadata))
+
+    def on_generate_block(self, block_id):
+        with self.cond:
+            self.generated.append(block_id)
+            self.cond.notify_all()
+
+    def on_push_block(self, block):
+        if self.hold is not None:
+            self.hold.wait(WAIT_S)
+        with self.cond:
+            if self.fail_pushes > 0:
+                self.fail_pushes -= 1
+                self.cond.notify_all()
+                raise RuntimeError("push failed")
+            self.pushed.append(block)
+            self.cond.notify_all()
+
+    def on_error(self, message, error):
+        with self.cond:
+            self.errors.append((message, error))
+            self.cond.notify_all()
+
+    def wait_for(self, predicate) -> None:
+        with self.cond:
+            assert self.cond.wait_for(predicate, WAIT_S), "timed out waiting for the generator"
+
+    def records(self) -> list[object]:
+        return [r for b in self.pushed for r in b.records]
+
+
+def make(listener, clock, interval=200, queue_size=10):
+    ids = itertools.count()
+    return BlockGenerator(
+        listener, lambda: StreamBlockId(0, 1, next(ids)), interval, queue_size, clock=clock
+    )
+
+
+def test_block_generation_and_data_callbacks():
+    clock = ManualClock(0)
+    listener = Listener()
+    gen = make(listener, clock)
+    assert gen.state is BlockGeneratorState.INITIALIZED
+    gen.start()
+    assert gen.state is BlockGeneratorState.ACTIVE
+
+    # Nothing added: ticks cut no block.
+    clock.advance(200)
+    clock.advance(200)
+    gen.add_data("a")
+    gen.add_data_with_callback("b", {"m": 1})
+    gen.add_many(["c", "d"])
+    assert listener.added == [("b", {"m": 1})]
+    clock.advance(200)
+    listener.wait_for(lambda: len(listener.pushed) == 1)
+    block = listener.pushed[0]
+    assert block.records == ["a", "b", "c", "d"]
+    assert listener.generated == [block.block_id]
+    # Stamped with the tick that cut it, minus one interval.
+    assert block.generated_ms % 200 == 0 and 0 <= block.generated_ms <= 400
+
+    gen.add_many(["e"])
+    clock.advance(200)
+    listener.wait_for(lambda: len(listener.pushed) == 2)
+    assert listener.pushed[1].records == ["e"]
+    assert listener.pushed[0].block_id != listener.pushed[1].block_id
+    gen.stop()
+    assert gen.state is BlockGeneratorState.STOPPED_ALL
+
+
+def test_stop_ensures_correct_shutdown():
+    clock = ManualClock(0)
+    listener = Listener()
+    gen = make(listener, clock)
+    gen.start()
+    gen.add_many([str(i) for i in range(100)])
+    gen.add_data("last")
+    # Stop without advancing the clock: it cuts and pushes the last block itself.
+    gen.stop()
+    assert gen.state is BlockGeneratorState.STOPPED_ALL
+    assert listener.records() == [*[str(i) for i in range(100)], "last"]
+    with pytest.raises(StateError, match="has not been started or has been stopped"):
+        gen.add_data("late")
+    with pytest.raises(StateError, match="STOPPED_ALL"):
+        gen.start()
+    gen.stop()  # idempotent
+
+
+def test_add_before_start_raises():
+    gen = make(Listener(), ManualClock(0))
+    with pytest.raises(StateError, match="INITIALIZED"):
+        gen.add_data("x")
+
+
+def test_block_push_errors_are_reported():
+    clock = ManualClock(0)
+    listener = Listener(fail_pushes=1)
+    gen = make(listener, clock)
+    gen.start()
+    gen.add_data("lost")
+    clock.advance(200)
+    listener.wait_for(lambda: len(listener.errors) == 1)
+    message, error = listener.errors[0]
+    assert "push" in message
+    assert isinstance(error, RuntimeError)
+    # The generator goes on with the next block.
+    gen.add_data("kept")
+    clock.advance(200)
+    listener.wait_for(lambda: len(listener.pushed) == 1)
+    assert listener.pushed[0].records == ["kept"]
+    gen.stop()
+
+
+def test_memory_stays_bounded_when_the_queue_is_full():
+    clock = ManualClock(0)
+    hold = threading.Event()
+    listener = Listener(hold=hold)
+    gen = make(listener, clock, queue_size=2)
+    gen.start()
+    # One block held by the pusher, two in the queue, one held by the timer.
+    for i in range(4):
+        gen.add_data(f"r{i}")
+        clock.advance(200)
+        listener.wait_for(lambda n=i + 1: len(listener.generated) == n)
+    deadline = time.monotonic() + WAIT_S
+    while not gen.waiting_for_room and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert gen.waiting_for_room
+
+    blocked = threading.Event()
+    added = threading.Event()
+
+    def producer():
+        blocked.set()
+        gen.add_data("overflow")
+        added.set()
+
+    t = threading.Thread(target=producer, daemon=True)
+    t.start()
+    assert blocked.wait(WAIT_S)
+    # The producer cannot add while the timer waits for room: memory is bounded.
+    assert not added.wait(0.3)
+    hold.set()
+    assert added.wait(WAIT_S)
+    gen.stop()
+    assert listener.records() == ["r0", "r1", "r2", "r3", "overflow"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.integers(1, 30), st.just("tick")), max_size=40))
+def test_every_record_is_pushed_once_in_order(ops):
+    clock = ManualClock(0)
+    listener = Listener()
+    gen = make(listener, clock, interval=100)
+    gen.start()
+    expected: list[str] = []
+    for op in ops:
+        if op == "tick":
+            clock.advance(100)
+        else:
+            batch = [f"{len(expected) + i}" for i in range(op)]
+            if op % 2:
+                gen.add_many(batch)
+            else:
+                for r in batch:
+                    gen.add_data(r)
+            expected.extend(batch)
+    gen.stop()
+    assert listener.records() == expected
+    ids = [b.block_id for b in listener.pushed]
+    assert len(set(ids)) == len(ids)
+    assert all(b.records for b in listener.pushed)

@@ -1,0 +1,65 @@
+"""StreamingConfig: defaults, Spark keys, and errors that name the key and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.errors import ConfigError
+
+
+def test_defaults_follow_spark():
+    cfg = StreamingConfig()
+    assert cfg.block_interval_ms == 200
+    assert cfg.block_queue_size == 10
+    assert cfg.max_rate_or_none is None
+    assert cfg.receiver_restart_delay_ms == 2000
+    assert cfg.receiver_wal_enabled is False
+    assert cfg.block_store_timeout_s == 30.0
+    assert cfg.backpressure_enabled is False
+    assert cfg.concurrent_jobs == 1
+
+
+def test_read_from_spark_conf_with_units():
+    cfg = StreamingConfig.from_spark_conf(
+        {
+            "spark.streaming.blockInterval": "100ms",
+            "spark.streaming.receiver.maxRate": "5000",
+            "spark.streaming.receiverRestartDelay": "1s",
+            "spark.streaming.receiver.writeAheadLog.enable": "true",
+            "spark.streaming.receiver.blockStoreTimeout": "45",
+        },
+        block_queue_size=3,
+    )
+    assert cfg.block_interval_ms == 100
+    assert cfg.receiver_max_rate == 5000
+    assert cfg.receiver_restart_delay_ms == 1000
+    assert cfg.receiver_wal_enabled is True
+    assert cfg.block_store_timeout_s == 45.0
+    assert cfg.block_queue_size == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"block_interval_ms": -5},
+            r"block_interval_ms \(spark.streaming.blockInterval\) must be an integer > 0, got -5",
+        ),
+        ({"block_queue_size": 0}, "block_queue_size"),
+        ({"receiver_max_rate": -1}, "receiver_max_rate"),
+        ({"receiver_wal_enabled": "yes"}, "must be True or False, got 'yes'"),
+        ({"concurrent_jobs": 1.5}, "concurrent_jobs"),
+        ({"no_such_key": 1}, "unknown StreamingConfig key"),
+    ],
+)
+def test_bad_values_name_key_and_value(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        StreamingConfig(**kwargs)
+
+
+def test_bad_spark_conf_value_names_the_spark_key():
+    with pytest.raises(
+        ConfigError, match=r"spark.streaming.blockInterval must be a duration.*'fast'"
+    ):
+        StreamingConfig.from_spark_conf({"spark.streaming.blockInterval": "fast"})
