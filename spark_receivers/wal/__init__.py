@@ -1,0 +1,43 @@
+"""Write-ahead logs: durable, checksummed, time-rolled record storage.
+
+Used by both receivers (blocks) and the driver (block events). Public names:
+
+* :class:`WriteAheadLog` - the interface; :class:`RecordHandle` - where a record lives;
+  :func:`confine_handle` - refuse handles outside a log directory.
+* :class:`FileBasedWriteAheadLog` - segment files on a local disk or any pyarrow filesystem.
+* :class:`BatchedWriteAheadLog` - groups concurrent writes into one record.
+* :func:`encode_frame` / :class:`FrameDecoder` - the on-disk record framing.
+
+Fault injection for tests lives in :mod:`spark_receivers.wal.faults` (not re-exported).
+"""
+
+from spark_receivers.wal.base import RecordHandle, WriteAheadLog, confine_handle
+from spark_receivers.wal.batched_log import (
+    BatchedWriteAheadLog,
+    deserialize_batch,
+    serialize_batch,
+)
+from spark_receivers.wal.file_log import FileBasedWriteAheadLog, SegmentInfo
+from spark_receivers.wal.framing import (
+    DEFAULT_MAX_RECORD_BYTES,
+    HEADER_SIZE,
+    FrameDecoder,
+    decode_bytes,
+    encode_frame,
+)
+
+__all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
+    "HEADER_SIZE",
+    "BatchedWriteAheadLog",
+    "FileBasedWriteAheadLog",
+    "FrameDecoder",
+    "RecordHandle",
+    "SegmentInfo",
+    "WriteAheadLog",
+    "confine_handle",
+    "decode_bytes",
+    "deserialize_batch",
+    "encode_frame",
+    "serialize_batch",
+]
