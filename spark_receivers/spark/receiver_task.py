@@ -38,12 +38,29 @@ def executor_host() -> str:
 
 
 def executor_id() -> str:
-    """The executor's id as far as a Python worker can tell ("driver" in local mode)."""
-    return (
-        os.environ.get("SPARK_EXECUTOR_ID")
-        or os.environ.get("SPARK_RECEIVERS_EXECUTOR_ID")
-        or "driver"
-    )
+    """The id of the executor this Python worker belongs to ("driver" in local mode).
+
+    A Python worker is a child of its executor's JVM (through PySpark's daemon),
+    whose command line carries ``--executor-id``; Kubernetes executors also have
+    ``SPARK_EXECUTOR_ID`` in their environment.
+    """
+    found = os.environ.get("SPARK_EXECUTOR_ID")
+    if found:
+        return found
+    pid = os.getpid()
+    for _ in range(6):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            if "--executor-id" in args:
+                return args[args.index("--executor-id") + 1]
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 1:
+            break
+    return "driver"
 
 
 def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iterator[str]]:
