@@ -1,0 +1,542 @@
+"""The throughput benchmark's data model, rate ladder and report writer.
+
+- :class:`Machine`: what the numbers were measured on.
+- :class:`BatchSample` / :class:`StepResult`: one batch as a system reported it, and one
+  (system, pipeline, offered rate) step reduced to the numbers we compare.
+- :func:`summarize_step`: the one place that decides "sustained", shared by every system.
+- :func:`run_ladder`: rising offered rates, interleaved across systems, each system stops
+  climbing after its first unsustained step; bounded by a time budget.
+- :func:`write_benchmarks_md`: replace or append one named section of ``BENCHMARKS.md``,
+  leaving the other benchmarks' sections as they are.
+
+Every time is ``time.monotonic()`` seconds (one system-wide clock on Linux), every duration in
+a name ending ``_ms`` or ``_s``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+__all__ = [
+    "OFFERED_FRACTION",
+    "PROCESSED_FRACTION",
+    "BatchSample",
+    "Headline",
+    "LadderResult",
+    "Machine",
+    "Runner",
+    "StepResult",
+    "headlines",
+    "render_ratios",
+    "render_steps_table",
+    "render_throughput_section",
+    "run_ladder",
+    "summarize_step",
+    "write_benchmarks_md",
+]
+
+PROCESSED_FRACTION = 0.95  # processed / sent, at the end of the drain
+OFFERED_FRACTION = 0.95  # sent / (rate * seconds): below it, the consumer pushed back over TCP
+DEFAULT_STEP_OVERHEAD_S = 30.0  # JVM start + drain + stop, until a step has been measured
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a benchmark ran on; :meth:`detect` reads it from this host."""
+
+    cores: int
+    cpu_model: str
+    memory_gb: float
+    java_version: str
+    pyspark_version: str
+    python_version: str
+    os: str
+    load_average: tuple[float, float, float]
+
+    @classmethod
+    def detect(cls) -> Machine:
+        return cls(
+            cores=os.cpu_count() or 0,
+            cpu_model=_cpu_model(),
+            memory_gb=_memory_gb(),
+            java_version=_java_version(),
+            pyspark_version=_pyspark_version(),
+            python_version=platform.python_version(),
+            os=_os_name(),
+            load_average=tuple(round(x, 2) for x in os.getloadavg()),  # type: ignore[arg-type]
+        )
+
+    def to_markdown(self) -> str:
+        load = ", ".join(f"{x:.2f}" for x in self.load_average)
+        return "\n".join(
+            [
+                f"- CPU: {self.cpu_model}, {self.cores} cores",
+                f"- Memory: {self.memory_gb:.1f} GB",
+                f"- OS: {self.os}",
+                f"- Java: {self.java_version}",
+                f"- Python {self.python_version}, PySpark {self.pyspark_version}",
+                f"- Load average (1/5/15 min) at start: {load}",
+            ]
+        )
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    m = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return m.group(1).strip() if m else (platform.processor() or "unknown")
+
+
+def _memory_gb() -> float:
+    try:
+        m = re.search(r"^MemTotal:\s*(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+    except OSError:
+        return 0.0
+    return int(m.group(1)) / 1024**2 if m else 0.0
+
+
+def _java_version() -> str:
+    try:
+        out = subprocess.run(
+            ["java", "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({e})"
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return " / ".join(line.strip() for line in lines[:2]) if lines else "unknown"
+
+
+def _pyspark_version() -> str:
+    try:
+        import pyspark
+    except ImportError:
+        return "not installed"
+    return str(pyspark.__version__)
+
+
+def _os_name() -> str:
+    name = platform.system()
+    try:
+        text = Path("/etc/os-release").read_text()
+        m = re.search(r'^PRETTY_NAME="?([^"\n]+)"?$', text, re.MULTILINE)
+        if m:
+            name = m.group(1)
+    except OSError:
+        pass  # not Linux, or a minimal image: the kernel name below is enough
+    return f"{name}, kernel {platform.release()} ({platform.machine()})"
+
+
+# -- one step ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchSample:
+    """One batch as a system reported it.
+
+    ``batch_time_s`` is when the batch's input was cut (DStream: the batch time; Structured:
+    the trigger's start), ``completed_s`` when its output finished, both monotonic.
+    ``lines`` is counted by the pipeline itself (in the same job as the word count);
+    ``records`` is what the engine reports as input rows, for a cross-check.
+    """
+
+    batch_id: int
+    batch_time_s: float
+    completed_s: float
+    lines: int
+    processing_ms: float
+    scheduling_delay_ms: float | None = None
+    records: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> BatchSample:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One (system, pipeline, offered rate) step.
+
+    Batch processing times and scheduling delays are taken over the steady-state window, the
+    second half of the send window. ``latency_*`` is end-to-end for the newest line of each
+    batch in that window: batch completion minus the load generator's send time of that line.
+    """
+
+    system: str
+    pipeline: str
+    offered_rate: int | None
+    seconds: float
+    lines_sent: int
+    lines_processed: int
+    batches_in_window: int = 0
+    batch_p50_ms: float | None = None
+    batch_p95_ms: float | None = None
+    sched_delay_p50_ms: float | None = None
+    sched_delay_max_ms: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_max_ms: float | None = None
+    sustained: bool = False
+    reason: str = ""
+    error: str | None = None
+    wall_s: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def sent_rate(self) -> float:
+        return self.lines_sent / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def processed_rate(self) -> float:
+        return self.lines_processed / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil without floats drifting
+    return float(ordered[int(rank) - 1])
+
+
+def summarize_step(
+    *,
+    system: str,
+    pipeline: str,
+    offered_rate: int | None,
+    seconds: float,
+    batch_interval_s: float,
+    lines_sent: int,
+    started_at_s: float | None,
+    send_time_of: Callable[[int], float],
+    batches: Iterable[BatchSample],
+    error: str | None = None,
+    wall_s: float = 0.0,
+    extra: Mapping[str, object] | None = None,
+) -> StepResult:
+    """Reduce one step's batches to a :class:`StepResult` and decide whether it was sustained.
+
+    Sustained means all of:
+
+    1. processed >= 95 % of sent (after the drain);
+    2. sent >= 95 % of ``offered_rate * seconds``: a receiver that cannot keep up pushes back
+       over TCP, and then the load generator cannot offer the rate at all;
+    3. at least two batches in the steady-state window (the second half of the send window)
+       and every scheduling delay there below one batch interval;
+    4. no error.
+
+    Latency uses the sequence numbers: lines arrive in order on one connection, so the newest
+    line of a batch is ``(lines processed up to and including it) - 1``.
+    """
+    ordered = sorted(batches, key=lambda b: (b.batch_time_s, b.batch_id))
+    processed = sum(b.lines for b in ordered)
+    window: list[BatchSample] = []
+    latencies: list[float] = []
+    if started_at_s is not None:
+        lo, hi = started_at_s + seconds / 2, started_at_s + seconds
+        cumulative = 0
+        for b in ordered:
+            cumulative += b.lines
+            if not lo <= b.batch_time_s < hi:
+                continue
+            window.append(b)
+            if b.lines > 0 and cumulative <= lines_sent:
+                latencies.append((b.completed_s - send_time_of(cumulative - 1)) * 1000)
+    processing = [b.processing_ms for b in window]
+    delays = [b.scheduling_delay_ms for b in window if b.scheduling_delay_ms is not None]
+
+    reasons = []
+    if error:
+        reasons.append(f"error: {error[:160]}")
+    if processed < PROCESSED_FRACTION * lines_sent or lines_sent == 0:
+        reasons.append(f"processed {processed}/{lines_sent} sent")
+    if offered_rate is not None and lines_sent < OFFERED_FRACTION * offered_rate * seconds:
+        reasons.append(f"sent only {lines_sent / seconds:,.0f}/s (TCP backpressure)")
+    if len(window) < 2 and started_at_s is not None:
+        cut = [b.batch_time_s - started_at_s for b in ordered if b.lines > 0]
+        last = f"; the last batch that completed was cut at {max(cut):.1f} s" if cut else ""
+        reasons.append(f"{len(window)} batches of the second half completed{last} (backlog)")
+        if not delays:  # show how far behind it was rather than nothing
+            delays = [b.scheduling_delay_ms for b in ordered if b.scheduling_delay_ms is not None]
+    elif len(window) < 2:
+        reasons.append(f"{len(window)} batches in the steady-state window")
+    elif delays and max(delays) >= batch_interval_s * 1000:
+        reasons.append(f"scheduling delay reached {max(delays):,.0f} ms")
+    return StepResult(
+        system=system,
+        pipeline=pipeline,
+        offered_rate=offered_rate,
+        seconds=seconds,
+        lines_sent=lines_sent,
+        lines_processed=processed,
+        batches_in_window=len(window),
+        batch_p50_ms=_percentile(processing, 50),
+        batch_p95_ms=_percentile(processing, 95),
+        sched_delay_p50_ms=_percentile(delays, 50),
+        sched_delay_max_ms=max(delays) if delays else None,
+        latency_p50_ms=_percentile(latencies, 50),
+        latency_p95_ms=_percentile(latencies, 95),
+        latency_max_ms=max(latencies) if latencies else None,
+        sustained=not reasons,
+        reason="; ".join(reasons),
+        error=error,
+        wall_s=wall_s,
+        extra=dict(extra or {}),
+    )
+
+
+# -- the ladder -------------------------------------------------------------------------------
+
+
+class Runner(Protocol):
+    """Runs one step of one system; see ``bench/run.py`` for how to register one."""
+
+    def __call__(
+        self,
+        offered_rate: int | None,
+        seconds: float,
+        batch_interval_s: float = 1.0,
+        master: str = "local[4]",
+        *,
+        ingest_only: bool = False,
+    ) -> StepResult: ...
+
+
+@dataclass
+class LadderResult:
+    """Every step run, in order, and the (system, pipeline, rate) steps the budget cut."""
+
+    rates: list[int]
+    steps: list[StepResult] = field(default_factory=list)
+    skipped: list[tuple[str, str, int]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def run_ladder(
+    systems: Mapping[str, Runner],
+    rates: Sequence[int],
+    seconds: float,
+    *,
+    pipelines: Sequence[str] = ("wordcount",),
+    batch_interval_s: float = 1.0,
+    master: str = "local[4]",
+    budget_s: float | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> LadderResult:
+    """Climb ``rates`` for every (system, pipeline), rate by rate across systems.
+
+    Interleaving by rate (10k for every system, then 25k for every system still climbing...)
+    means a change in the machine's background load during the run hits every system alike.
+    A (system, pipeline) stops climbing after its first unsustained step. When the next step
+    would overrun ``budget_s``, the ladder stops and lists what it skipped.
+    Blocks for the whole run; ``on_step`` is called on this thread after every step.
+    """
+    result = LadderResult(rates=list(rates))
+    climbing = [(name, p) for p in pipelines for name in systems]
+    t0 = time.monotonic()
+    overheads: list[float] = []
+    for rate in rates:
+        for name, pipeline in list(climbing):
+            elapsed = time.monotonic() - t0
+            overhead = max(overheads) if overheads else DEFAULT_STEP_OVERHEAD_S
+            if budget_s is not None and elapsed + seconds + overhead > budget_s:
+                result.skipped.append((name, pipeline, rate))
+                continue
+            started = time.monotonic()
+            step = systems[name](
+                rate, seconds, batch_interval_s, master, ingest_only=pipeline == "ingest"
+            )
+            overheads.append(time.monotonic() - started - seconds)
+            result.steps.append(step)
+            if on_step is not None:
+                on_step(step)
+            if not step.sustained:
+                climbing.remove((name, pipeline))
+    result.elapsed_s = time.monotonic() - t0
+    return result
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+
+def _num(x: float | None, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _rate(rate: int | None) -> str:
+    return "flat out" if rate is None else f"{rate:,}"
+
+
+def render_steps_table(steps: Sequence[StepResult]) -> str:
+    """Every step as a Markdown table."""
+    rows = [
+        "| system | pipeline | offered lines/s | sent lines/s | processed lines/s "
+        "| batch p50 / p95 ms "
+        "| sched delay p50 / max ms | latency p50 / p95 / max ms | sustained |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for s in steps:
+        verdict = "yes" if s.sustained else f"no: {s.reason}"
+        rows.append(
+            f"| {s.system} | {s.pipeline} | {_rate(s.offered_rate)} | {_num(s.sent_rate)} "
+            f"| {_num(s.processed_rate)} | {_num(s.batch_p50_ms)} / {_num(s.batch_p95_ms)} "
+            f"| {_num(s.sched_delay_p50_ms)} / {_num(s.sched_delay_max_ms)} "
+            f"| {_num(s.latency_p50_ms)} / {_num(s.latency_p95_ms)} / {_num(s.latency_max_ms)} "
+            f"| {verdict} |"
+        )
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A (system, pipeline)'s highest sustained offered rate; ``at_least`` if not capped."""
+
+    system: str
+    pipeline: str
+    rate: int | None
+    at_least: bool
+
+    def label(self) -> str:
+        if self.rate is None:
+            return "none sustained"
+        return f"{'≥ ' if self.at_least else ''}{self.rate:,}"
+
+
+def headlines(result: LadderResult) -> list[Headline]:
+    """Highest sustained offered rate per (system, pipeline), in first-run order."""
+    out: dict[tuple[str, str], Headline] = {}
+    for s in result.steps:
+        key = (s.system, s.pipeline)
+        h = out.get(key, Headline(s.system, s.pipeline, None, False))
+        if (
+            s.sustained
+            and s.offered_rate is not None
+            and (h.rate is None or s.offered_rate > h.rate)
+        ):
+            h = Headline(s.system, s.pipeline, s.offered_rate, True)
+        elif not s.sustained:
+            h = Headline(s.system, s.pipeline, h.rate, False)
+        out[key] = h
+    return list(out.values())
+
+
+def render_ratios(heads: Sequence[Headline]) -> str:
+    """Row system ÷ column system, per pipeline, on the highest sustained offered rate."""
+    parts = []
+    for pipeline in dict.fromkeys(h.pipeline for h in heads):
+        group = [h for h in heads if h.pipeline == pipeline]
+        if len(group) < 2:
+            continue
+        rows = [
+            f"{pipeline}: row ÷ column | " + " | ".join(h.system for h in group) + " |",
+            "|---|" + "---:|" * len(group),
+        ]
+        for a in group:
+            cells = []
+            for b in group:
+                if a is b:
+                    cells.append("1")
+                elif a.rate is None or b.rate is None or (a.at_least and b.at_least):
+                    cells.append("n/a")
+                else:
+                    # A "≥" numerator makes the ratio a lower bound, a "≥" denominator an upper.
+                    bound = "≥ " if a.at_least else "≤ " if b.at_least else ""
+                    cells.append(f"{bound}{a.rate / b.rate:.2f}x")
+            rows.append(f"| {a.system} | " + " | ".join(cells) + " |")
+        parts.append("| " + "\n".join(rows))
+    return "\n\n".join(parts)
+
+
+def render_throughput_section(
+    result: LadderResult,
+    *,
+    machine: Machine,
+    command: str,
+    when: dt.datetime,
+    notes: str,
+) -> str:
+    """The ``throughput`` section of BENCHMARKS.md (without its markers)."""
+    heads = headlines(result)
+    head_rows = ["| system | pipeline | highest sustained offered lines/s |", "|---|---|---:|"]
+    head_rows += [f"| {h.system} | {h.pipeline} | {h.label()} |" for h in heads]
+    skipped = ""
+    if result.skipped:
+        items = ", ".join(f"{s}/{p}@{r:,}" for s, p, r in result.skipped)
+        skipped = f"\nCut by the time budget (not run): {items}.\n"
+    return "\n".join(
+        [
+            "## Throughput: word count over a TCP line server",
+            "",
+            f"Run {when:%Y-%m-%d %H:%M %Z} in {result.elapsed_s / 60:.1f} min with:",
+            "",
+            f"    {command}",
+            "",
+            machine.to_markdown(),
+            "",
+            notes.strip(),
+            "",
+            "### Highest sustained offered rate",
+            "",
+            "\n".join(head_rows),
+            "",
+            "“≥” means the system was still sustaining at its last step (top of the ladder, "
+            "or cut by the budget), so its rate, and any ratio with it, is a lower bound.",
+            "",
+            "### Ratios",
+            "",
+            render_ratios(heads) or "(one system only)",
+            "",
+            "### Every step",
+            "",
+            render_steps_table(result.steps),
+            skipped,
+        ]
+    )
+
+
+_MARKER = re.compile(r"<!-- bench:(?P<name>[\w.-]+) -->\n?.*?<!-- /bench:(?P=name) -->\n?", re.S)
+_HEADER = (
+    "# Benchmarks\n\n"
+    "Each section is written by one benchmark between `<!-- bench:NAME -->` markers; "
+    "regenerate it with the command it shows. Edit outside the markers only.\n"
+)
+
+
+def write_benchmarks_md(path: Path | str, sections: Mapping[str, str]) -> None:
+    """Replace (or append) the named sections of ``path``, keeping everything else intact.
+
+    A section ``name`` is the text between ``<!-- bench:name -->`` and ``<!-- /bench:name -->``.
+    The file is written atomically (temp file + rename).
+    """
+    p = Path(path)
+    text = p.read_text() if p.exists() else _HEADER
+    for name, body in sections.items():
+        if not re.fullmatch(r"[\w.-]+", name):
+            raise ValueError(f"section name must match [\\w.-]+, got {name!r}")
+        block = f"<!-- bench:{name} -->\n{body.strip()}\n<!-- /bench:{name} -->\n"
+        found = [m for m in _MARKER.finditer(text) if m.group("name") == name]
+        if found:
+            m = found[0]
+            text = text[: m.start()] + block + text[m.end() :]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(p)

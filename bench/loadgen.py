@@ -1,0 +1,591 @@
+"""A TCP line server that offers fixed-size text lines at a paced rate: the benchmarks' load.
+
+Every line is exactly :data:`LINE_BYTES` (100) bytes::
+
+    0000012345 kqz bwoe aplmxvt ... yfa\\n
+
+a 10-digit zero-padded sequence number (0, 1, 2, ... per server, across reconnects), then
+words drawn from a seeded vocabulary (1,000 words of 2-9 lowercase letters), then ``\\n``.
+The sequence number lets a consumer compute end-to-end latency: the receive (or batch
+completion) time minus :meth:`LineServer.send_time_of` that sequence number.
+
+Speed: lines are never formatted one by one. A pool of 1,000-line blocks is built once; the
+last three digits of the sequence number are fixed by the line's position in its block, and
+the seven leading digits are written into a block with seven strided ``bytearray`` slice
+assignments when the block comes up. Sending is then a ``send`` of a slice of a block.
+
+In process::
+
+    with LineServer(rate=50_000, seconds=30) as server:
+        connect_consumer(server.port)
+        server.wait_finished(timeout_s=120)
+        info = server.info()          # info.lines_sent is exact
+
+From a shell::
+
+    python -m bench.loadgen --rate 50000 --seconds 30 --port 9999
+    python -m bench.loadgen --measure --seconds 3     # flat-out lines/s over loopback
+
+Times are ``time.monotonic()`` seconds: CLOCK_MONOTONIC, one clock for every process on a
+Linux host, so a child process can be compared against :meth:`LineServer.send_time_of`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import enum
+import json
+import logging
+import random
+import select
+import selectors
+import socket
+import string
+import subprocess
+import sys
+import threading
+import time
+from array import array
+from dataclasses import asdict, dataclass
+
+__all__ = [
+    "BLOCK_LINES",
+    "LINE_BYTES",
+    "SEQ_DIGITS",
+    "LinePool",
+    "LineServer",
+    "LineServerInfo",
+    "LineServerState",
+    "parse_seq",
+]
+
+log = logging.getLogger(__name__)
+
+LINE_BYTES = 100
+SEQ_DIGITS = 10
+BLOCK_LINES = 1000
+_SUFFIX_DIGITS = 3  # log10(BLOCK_LINES): fixed per position inside a block
+_PREFIX_DIGITS = SEQ_DIGITS - _SUFFIX_DIGITS
+_MAX_BLOCKS = 10**_PREFIX_DIGITS
+_MIN_WORD, _MAX_WORD = 2, 9
+_MAX_SECONDS = 3600.0  # bounds the per-chunk timestamp record (~16 B per chunk)
+
+
+def parse_seq(line: bytes | str) -> int:
+    """The sequence number at the start of a line produced by :class:`LinePool`."""
+    return int(line[:SEQ_DIGITS])
+
+
+class LinePool:
+    """Pre-built blocks of :data:`BLOCK_LINES` lines; hands out the block for any sequence range.
+
+    Not thread-safe: one sender thread owns a pool. A view returned by :meth:`block` is valid
+    until the same template is handed out again (``pool_blocks`` blocks later), so send it
+    before asking for that many further blocks.
+    """
+
+    def __init__(self, *, vocab_size: int = 1000, seed: int = 0, pool_blocks: int = 16) -> None:
+        if vocab_size < _MAX_WORD - _MIN_WORD + 1:
+            raise ValueError(f"vocab_size must be >= {_MAX_WORD - _MIN_WORD + 1}, got {vocab_size}")
+        if pool_blocks < 1:
+            raise ValueError(f"pool_blocks must be >= 1, got {pool_blocks}")
+        rng = random.Random(seed)
+        self.vocabulary: tuple[str, ...] = _vocabulary(rng, vocab_size)
+        self._templates = [_template(rng, self.vocabulary) for _ in range(pool_blocks)]
+        self._template_block = [-1] * pool_blocks
+        self._digit_runs = {d: bytes([d]) * BLOCK_LINES for d in b"0123456789"}
+
+    def block(self, index: int) -> memoryview:
+        """The ``BLOCK_LINES * LINE_BYTES`` bytes of lines ``index*1000 .. index*1000+999``."""
+        if not 0 <= index < _MAX_BLOCKS:
+            raise ValueError(f"block index must be in [0, {_MAX_BLOCKS}), got {index}")
+        slot = index % len(self._templates)
+        buf = self._templates[slot]
+        if self._template_block[slot] != index:
+            for pos, digit in enumerate(b"%0*d" % (_PREFIX_DIGITS, index)):
+                buf[pos::LINE_BYTES] = self._digit_runs[digit]
+            self._template_block[slot] = index
+        return memoryview(buf)
+
+    def line(self, seq: int) -> bytes:
+        """One line, for tests and examples (slow path)."""
+        index, pos = divmod(seq, BLOCK_LINES)
+        return bytes(self.block(index)[pos * LINE_BYTES : (pos + 1) * LINE_BYTES])
+
+
+def _vocabulary(rng: random.Random, size: int) -> tuple[str, ...]:
+    words: set[str] = set()
+    out: list[str] = []
+    span = _MAX_WORD - _MIN_WORD + 1
+    while len(out) < size:
+        # Lengths round-robin so every length has words: the body filler relies on it.
+        length = _MIN_WORD + len(out) % span
+        word = "".join(rng.choices(string.ascii_lowercase, k=length))
+        if word not in words:
+            words.add(word)
+            out.append(word)
+    return tuple(out)
+
+
+def _template(rng: random.Random, vocabulary: tuple[str, ...]) -> bytearray:
+    by_len: dict[int, list[str]] = {}
+    for w in vocabulary:
+        by_len.setdefault(len(w), []).append(w)
+    fits = {n: [w for w in vocabulary if len(w) <= n] for n in range(_MIN_WORD, _MAX_WORD + 1)}
+    buf = bytearray()
+    for pos in range(BLOCK_LINES):
+        # Each word costs 1 + len bytes (its leading space). Leave >= 3 bytes so a final word
+        # of exactly the remaining length (2..9 letters) closes the line at LINE_BYTES.
+        remaining = LINE_BYTES - 1 - SEQ_DIGITS
+        parts = []
+        while remaining > 1 + _MAX_WORD:
+            word = rng.choice(fits[min(_MAX_WORD, remaining - 4)])
+            parts.append(word)
+            remaining -= 1 + len(word)
+        parts.append(rng.choice(by_len[remaining - 1]))
+        line = (
+            "0" * _PREFIX_DIGITS + f"{pos:0{_SUFFIX_DIGITS}d} " + " ".join(parts) + "\n"
+        ).encode()
+        assert len(line) == LINE_BYTES, line
+        buf += line
+    return buf
+
+
+class LineServerState(enum.Enum):
+    """Lifecycle of a :class:`LineServer`, in order; FINISHED is reached from any state."""
+
+    INITIALIZED = 0  # constructed, not bound
+    LISTENING = 1  # bound, waiting for the first client (the clock has not started)
+    SENDING = 2  # the send window is open
+    FINISHED = 3  # window over or stopped; every socket closed; counters final
+
+
+@dataclass(frozen=True)
+class LineServerInfo:
+    """A snapshot of a :class:`LineServer`'s counters (final once it is FINISHED)."""
+
+    rate: int | None
+    seconds: float
+    lines_sent: int
+    bytes_sent: int
+    connections: int
+    disconnects: int
+    started_at_s: float | None  # monotonic time the first client connected: the clock's zero
+    ended_at_s: float | None
+    torn_line: bool  # the window closed mid-line and the line could not be completed
+    error: str | None
+
+    @property
+    def elapsed_s(self) -> float:
+        if self.started_at_s is None or self.ended_at_s is None:
+            return 0.0
+        return self.ended_at_s - self.started_at_s
+
+    @property
+    def achieved_rate(self) -> float:
+        return self.lines_sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class _Disconnected(Exception):
+    def __init__(self, written: int) -> None:
+        super().__init__(written)
+        self.written = written
+
+
+class LineServer:
+    """Serves paced lines to one TCP client at a time for a fixed window.
+
+    The window (``seconds``) starts when the first client connects. If that client goes away
+    inside the window, the next client is accepted and the sequence continues, so the counters
+    stay those of one stream. At the end of the window the connection and the listening socket
+    are closed, so the consumer reads EOF.
+
+    ``rate`` is lines per second, paced open-loop every ``tick_s``: the target is
+    ``rate * elapsed`` and each tick sends the shortfall, so a consumer that pushes back over
+    TCP receives bursts afterwards, and one that cannot keep up ends the window with
+    ``lines_sent`` below ``rate * seconds``. ``rate=None`` sends flat out.
+
+    ``lines_sent`` counts exactly the lines the kernel accepted in full. The writer never
+    leaves a torn line at the end of the window: it gives the last line ``close_grace_s`` to
+    complete (see ``LineServerInfo.torn_line``). A reset connection may lose bytes the kernel
+    had accepted; that is counted in ``disconnects``.
+
+    Threads: :meth:`start` binds synchronously and runs the server on one daemon thread;
+    every other method may be called from any thread and none blocks beyond its timeout.
+    """
+
+    def __init__(
+        self,
+        rate: int | None,
+        seconds: float,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        accept_timeout_s: float = 60.0,
+        tick_s: float = 0.01,
+        close_grace_s: float = 2.0,
+        vocab_size: int = 1000,
+        seed: int = 0,
+    ) -> None:
+        if rate is not None and rate <= 0:
+            raise ValueError(f"rate must be > 0 lines/s or None (flat out), got {rate}")
+        if not 0 < seconds <= _MAX_SECONDS:
+            raise ValueError(f"seconds must be in (0, {_MAX_SECONDS}], got {seconds}")
+        if accept_timeout_s <= 0:
+            raise ValueError(f"accept_timeout_s must be > 0, got {accept_timeout_s}")
+        if tick_s <= 0:
+            raise ValueError(f"tick_s must be > 0, got {tick_s}")
+        self.rate = rate
+        self.seconds = seconds
+        self._host, self._port = host, port
+        self._accept_timeout_s = accept_timeout_s
+        self._tick_s = tick_s
+        self._close_grace_s = close_grace_s
+        self._pool = LinePool(vocab_size=vocab_size, seed=seed)
+        self._cond = threading.Condition()
+        self._state = LineServerState.INITIALIZED
+        self._stop_requested = threading.Event()
+        self._waker_r, self._waker_w = socket.socketpair()
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        # Counters: written by the server thread only.
+        self._next_seq = 0
+        self._connections = 0
+        self._disconnects = 0
+        self._started_at: float | None = None
+        self._ended_at: float | None = None
+        self._torn = False
+        self._error: str | None = None
+        self._chunk_seq = array("q")
+        self._chunk_time = array("d")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> LineServerState:
+        return self._state
+
+    @property
+    def port(self) -> int:
+        """The bound port (the chosen one when constructed with ``port=0``)."""
+        if self._listener is None:
+            raise RuntimeError(f"LineServer has no port in state {self._state.name}; start() it")
+        return int(self._listener.getsockname()[1])
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    def start(self) -> LineServer:
+        """Bind, listen and start the server thread. Raises unless INITIALIZED."""
+        with self._cond:
+            if self._state is not LineServerState.INITIALIZED:
+                raise RuntimeError(
+                    f"LineServer.start() needs INITIALIZED, state is {self._state.name}"
+                )
+            listener = socket.create_server((self._host, self._port), backlog=4)
+            self._listener = listener
+            self._state = LineServerState.LISTENING
+        self._thread = threading.Thread(target=self._run, name="bench-loadgen", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the window now, close every socket and join the thread. Idempotent."""
+        self._stop_requested.set()
+        with contextlib.suppress(OSError):  # closed by an earlier stop(): nothing to wake
+            self._waker_w.send(b"x")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        elif self._thread is None:
+            self._finish()
+
+    def __enter__(self) -> LineServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_connected(self, timeout_s: float | None = None) -> bool:
+        """Block until the first client connected or the server finished; True if connected."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._state.value >= LineServerState.SENDING.value, timeout_s
+            )
+            return self._started_at is not None
+
+    def wait_finished(self, timeout_s: float | None = None) -> bool:
+        """Block until the window is over and the sockets are closed; True if finished."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._state is LineServerState.FINISHED, timeout_s)
+
+    def info(self) -> LineServerInfo:
+        """A snapshot of the counters; exact once :meth:`wait_finished` returned True."""
+        return LineServerInfo(
+            rate=self.rate,
+            seconds=self.seconds,
+            lines_sent=self._next_seq,
+            bytes_sent=self._next_seq * LINE_BYTES,
+            connections=self._connections,
+            disconnects=self._disconnects,
+            started_at_s=self._started_at,
+            ended_at_s=self._ended_at,
+            torn_line=self._torn,
+            error=self._error,
+        )
+
+    def send_time_of(self, seq: int) -> float:
+        """Monotonic time the chunk holding line ``seq`` started to be written.
+
+        Raises ``ValueError`` for a line that was not sent.
+        """
+        if not 0 <= seq < self._next_seq:
+            raise ValueError(f"seq must be in [0, {self._next_seq}) (lines sent), got {seq}")
+        i = bisect.bisect_right(self._chunk_seq, seq) - 1
+        return self._chunk_time[i]
+
+    def chunk_times(self) -> list[tuple[int, float]]:
+        """Every ``(first_seq, monotonic time)`` chunk record, oldest first."""
+        return list(zip(self._chunk_seq, self._chunk_time, strict=True))
+
+    # -- server thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except Exception as e:
+            log.exception("LineServer failed")
+            self._error = f"{type(e).__name__}: {e}"
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        with self._cond:
+            if self._listener is not None:
+                self._listener.close()
+            self._waker_r.close()
+            self._waker_w.close()
+            if self._ended_at is None:
+                self._ended_at = time.monotonic()
+            self._state = LineServerState.FINISHED
+            self._cond.notify_all()
+
+    def _accept(self, deadline: float) -> socket.socket | None:
+        assert self._listener is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._listener, selectors.EVENT_READ)
+            sel.register(self._waker_r, selectors.EVENT_READ)
+            while not self._stop_requested.is_set():
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    return None
+                for key, _ in sel.select(timeout):
+                    if key.fileobj is self._listener:
+                        conn, _addr = self._listener.accept()
+                        return conn
+        return None
+
+    def _serve(self) -> None:
+        conn = self._accept(time.monotonic() + self._accept_timeout_s)
+        if conn is None:
+            if not self._stop_requested.is_set():
+                self._error = (
+                    f"no client connected within accept_timeout_s={self._accept_timeout_s}"
+                )
+            return
+        t0 = time.monotonic()
+        with self._cond:
+            self._started_at = t0
+            self._state = LineServerState.SENDING
+            self._cond.notify_all()
+        window_end = t0 + self.seconds
+        while conn is not None:
+            self._connections += 1
+            try:
+                self._send_window(conn, t0, window_end)
+            except _Disconnected:
+                self._disconnects += 1
+                log.warning("client went away after %d lines; accepting the next", self._next_seq)
+            finally:
+                conn.close()
+            if self._stop_requested.is_set() or time.monotonic() >= window_end:
+                break
+            conn = self._accept(window_end)
+        self._ended_at = min(time.monotonic(), window_end)
+
+    def _send_window(self, conn: socket.socket, t0: float, window_end: float) -> None:
+        conn.setblocking(False)
+        with selectors.DefaultSelector() as sel:
+            sel.register(conn, selectors.EVENT_WRITE)
+            sel.register(self._waker_r, selectors.EVENT_READ)
+            while not self._stop_requested.is_set():
+                now = time.monotonic()
+                if now >= window_end:
+                    return
+                if self.rate is None:
+                    deficit = BLOCK_LINES
+                else:
+                    deficit = int(self.rate * (now - t0)) - self._next_seq
+                if deficit <= 0:
+                    # Sleep to the next tick boundary: the rate stays smooth at tick granularity.
+                    ticks = int((now - t0) / self._tick_s) + 1
+                    self._stop_requested.wait(min(t0 + ticks * self._tick_s, window_end) - now)
+                    continue
+                n = min(deficit, BLOCK_LINES)
+                self._chunk_seq.append(self._next_seq)
+                self._chunk_time.append(now)
+                if not self._send_lines(conn, sel, n, window_end):
+                    return
+
+    def _send_lines(
+        self, conn: socket.socket, sel: selectors.BaseSelector, n: int, deadline: float
+    ) -> bool:
+        """Send lines ``next_seq .. next_seq+n-1``; False if the deadline or stop cut it short."""
+        while n > 0:
+            index, pos = divmod(self._next_seq, BLOCK_LINES)
+            k = min(n, BLOCK_LINES - pos)
+            view = self._pool.block(index)[pos * LINE_BYTES : (pos + k) * LINE_BYTES]
+            try:
+                written = self._write(conn, sel, view, deadline)
+                full, partial = divmod(written, LINE_BYTES)
+                if partial:
+                    # Finish the torn line so the consumer never reads half a line before EOF.
+                    rest = view[written : (full + 1) * LINE_BYTES]
+                    grace = time.monotonic() + self._close_grace_s
+                    if self._write(conn, sel, rest, grace, ignore_stop=True) == len(rest):
+                        full += 1
+                    else:
+                        self._torn = True
+            except _Disconnected as e:
+                self._next_seq += e.written // LINE_BYTES
+                raise
+            self._next_seq += full
+            if full < k:
+                return False
+            n -= k
+        return True
+
+    def _write(
+        self,
+        conn: socket.socket,
+        sel: selectors.BaseSelector,
+        view: memoryview,
+        deadline: float,
+        *,
+        ignore_stop: bool = False,
+    ) -> int:
+        total = 0
+        size = len(view)
+        while total < size:
+            try:
+                total += conn.send(view[total:])
+                continue
+            except BlockingIOError:
+                pass
+            except OSError as e:  # reset, broken pipe: the consumer is gone
+                raise _Disconnected(total) from e
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                break
+            if ignore_stop:
+                # Not the selector: its waker stays readable after stop() and would spin.
+                select.select([], [conn], [], timeout)
+            elif self._stop_requested.is_set():
+                break
+            else:
+                sel.select(timeout)
+        return total
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+
+
+def _drain(host: str, port: int) -> None:
+    """Read a server's stream to EOF as fast as possible; print ``bytes lines`` (for --measure)."""
+    total = 0
+    buf = bytearray(1 << 20)
+    with socket.create_connection((host, port), timeout=30) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        while k := s.recv_into(buf):
+            total += k
+    print(total, total // LINE_BYTES, flush=True)
+
+
+def measure_generator(lines: int = 2_000_000) -> float:
+    """Lines/s the pool alone can hand out (no socket): the generator's ceiling."""
+    pool = LinePool()
+    t = time.perf_counter()
+    touched = 0
+    for index in range(lines // BLOCK_LINES):
+        touched += len(pool.block(index))
+    elapsed = time.perf_counter() - t
+    assert touched == (lines // BLOCK_LINES) * BLOCK_LINES * LINE_BYTES
+    return lines / elapsed
+
+
+def measure_loopback(seconds: float = 3.0) -> LineServerInfo:
+    """Flat-out lines/s over loopback to a reader in another process."""
+    with LineServer(None, seconds) as server:
+        reader = subprocess.Popen(
+            [sys.executable, "-m", "bench.loadgen", "--drain", str(server.port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        server.wait_finished(seconds + 60)
+        out, _ = reader.communicate(timeout=30)
+    info = server.info()
+    received = int(out.split()[1])
+    if received != info.lines_sent:
+        raise RuntimeError(f"reader got {received} lines, server sent {info.lines_sent}")
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n")[0])
+    p.add_argument("--rate", type=int, default=None, help="lines/s; omit for flat out")
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--accept-timeout", type=float, default=300.0)
+    p.add_argument("--measure", action="store_true", help="report flat-out lines/s and exit")
+    p.add_argument("--drain", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.drain is not None:
+        _drain(args.host, args.drain)
+        return 0
+    if args.measure:
+        gen = measure_generator()
+        info = measure_loopback(args.seconds)
+        print(
+            json.dumps(
+                {
+                    "generator_only_lines_per_s": round(gen),
+                    "loopback_lines_per_s": round(info.achieved_rate),
+                    "loopback_mb_per_s": round(info.achieved_rate * LINE_BYTES / 1e6, 1),
+                    "seconds": round(info.elapsed_s, 3),
+                    "lines_sent": info.lines_sent,
+                }
+            )
+        )
+        return 0
+    with LineServer(
+        args.rate,
+        args.seconds,
+        host=args.host,
+        port=args.port,
+        accept_timeout_s=args.accept_timeout,
+    ) as server:
+        print(f"listening {server.host} {server.port}", flush=True)
+        try:
+            server.wait_finished(args.accept_timeout + args.seconds + 10)
+        except KeyboardInterrupt:
+            server.stop()
+    info = server.info()
+    print(json.dumps({**asdict(info), "achieved_rate": round(info.achieved_rate)}), flush=True)
+    return 0 if info.error is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Throughput rate ladder: every system, same machine, same run, same load (issue 11).
+
+    python -m bench.run --quick                       # smoke: 2 rates x 10 s, ~2 min
+    python -m bench.run                               # full ladder, bounded to 15 min
+    python -m bench.run --systems dstream --pipelines wordcount,ingest
+
+Writes the ``throughput`` section of ``BENCHMARKS.md`` (other sections are kept), prints the
+same tables to stdout, and keeps every step's raw batches in ``bench/out/``.
+
+Adding a system
+---------------
+Register a function with the :class:`bench.harness.Runner` signature in :data:`SYSTEMS`::
+
+    def run_spark_receivers(offered_rate: int | None, seconds: float,
+                            batch_interval_s: float = 1.0, master: str = "local[4]", *,
+                            ingest_only: bool = False) -> StepResult: ...
+
+It must start its own load (a :class:`bench.loadgen.LineServer`) and Spark, run the word
+count (``ingest_only``: a line count) for ``seconds`` at ``offered_rate`` lines/s, drain for a
+few batch intervals, and return :func:`bench.harness.summarize_step`'s result. The easy way
+is the subprocess protocol the peers use: write a child pipeline
+``pipeline(args: ChildArgs, recorder: BatchRecorder) -> stop`` (see ``bench/child.py`` and
+``bench/peers.py``), serve it with ``child_main({"spark_receivers": pipeline})`` under
+``if __name__ == "__main__"`` in its module, and make the runner::
+
+    return run_child_step("spark_receivers", "bench.receivers", offered_rate, seconds,
+                          batch_interval_s, master, ingest_only=ingest_only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+
+from bench.harness import (
+    LadderResult,
+    Machine,
+    Runner,
+    StepResult,
+    headlines,
+    render_ratios,
+    render_steps_table,
+    render_throughput_section,
+    run_ladder,
+    write_benchmarks_md,
+)
+from bench.peers import run_dstream, run_structured_socket
+from bench.step import REPO_ROOT
+
+SYSTEMS: dict[str, Runner] = {
+    "dstream": run_dstream,
+    "structured_socket": run_structured_socket,
+    # "spark_receivers": run_spark_receivers,          # WAL off
+    # "spark_receivers_wal": run_spark_receivers_wal,  # WAL on
+}
+"""Every system the ladder can run, by name; the lead adds spark-receivers here."""
+
+FULL_RATES = [10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 600_000, 800_000]
+FULL_STEP_S = 20.0
+FULL_BUDGET_S = 15 * 60.0
+QUICK_RATES = [10_000, 20_000]
+QUICK_STEP_S = 10.0
+QUICK_BUDGET_S = 4 * 60.0
+
+NOTES = """\
+Workload: a TCP line server (`bench/loadgen.py`) offers 100-byte lines (a 10-digit sequence
+number, then words from a seeded 1,000-word vocabulary) at a fixed rate, paced every 10 ms,
+open loop; its clock starts when the system's receiver connects. Each system splits lines
+into words, counts per word per 1 s batch and collects the counts to the driver (`ingest`:
+counts lines only). Every step runs in a fresh subprocess and JVM (`local[4]`, 4 shuffle
+partitions, UI off, 2 GB driver), after a warm-up job on sample lines.
+
+A step is **sustained** when: processed ≥ 95 % of sent; sent ≥ 95 % of offered (otherwise
+the receiver pushed back over TCP); and in the steady-state window (the second half of the
+step) every batch's scheduling delay stays under one batch interval. Structured Streaming
+has no scheduling queue: its delay is how far past its trigger time a batch started because
+the previous batch overran (what Spark logs as "Current batch is falling behind").
+Latency: batch completion minus the send time of the newest line in that batch.
+Systems are interleaved rate by rate, so background load on the machine hits all alike;
+a system stops climbing after its first unsustained step."""
+
+
+def _print_step(step: StepResult) -> None:
+    print(render_steps_table([step]).splitlines()[-1], flush=True)
+
+
+def run(
+    systems: dict[str, Runner],
+    *,
+    rates: list[int],
+    seconds: float,
+    pipelines: list[str],
+    budget_s: float,
+    batch_interval_s: float = 1.0,
+    master: str = "local[4]",
+    on_step: Callable[[StepResult], None] = _print_step,
+) -> LadderResult:
+    print(render_steps_table([]), flush=True)
+    return run_ladder(
+        systems,
+        rates,
+        seconds,
+        pipelines=pipelines,
+        batch_interval_s=batch_interval_s,
+        master=master,
+        budget_s=budget_s,
+        on_step=on_step,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 rates, 10 s steps")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"from {sorted(SYSTEMS)}")
+    p.add_argument("--pipelines", default="wordcount", help="wordcount,ingest")
+    p.add_argument("--rates", help="comma-separated lines/s (overrides the ladder)")
+    p.add_argument("--seconds", type=float, help="seconds per step")
+    p.add_argument("--budget-minutes", type=float, help="stop starting steps after this")
+    p.add_argument("--master", default="local[4]")
+    p.add_argument("--batch-interval", type=float, default=1.0)
+    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
+    p.add_argument("--no-write", action="store_true", help="print only")
+    args = p.parse_args(argv)
+
+    names = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(names) - set(SYSTEMS))
+    if unknown:
+        p.error(f"unknown systems {unknown}; known: {sorted(SYSTEMS)}")
+    pipelines = [x for x in args.pipelines.split(",") if x]
+    if not set(pipelines) <= {"wordcount", "ingest"}:
+        p.error(f"--pipelines must be from wordcount,ingest; got {args.pipelines}")
+    rates = (
+        [int(r) for r in args.rates.split(",")]
+        if args.rates
+        else (QUICK_RATES if args.quick else FULL_RATES)
+    )
+    seconds = args.seconds or (QUICK_STEP_S if args.quick else FULL_STEP_S)
+    budget_s = (
+        args.budget_minutes * 60
+        if args.budget_minutes
+        else (QUICK_BUDGET_S if args.quick else FULL_BUDGET_S)
+    )
+
+    machine = Machine.detect()
+    when = dt.datetime.now(dt.UTC)
+    command = "python -m bench.run " + shlex.join(argv if argv is not None else sys.argv[1:])
+    print(f"# {command}\n{machine.to_markdown()}\n", flush=True)
+    result = run(
+        {n: SYSTEMS[n] for n in names},
+        rates=rates,
+        seconds=seconds,
+        pipelines=pipelines,
+        budget_s=budget_s,
+        batch_interval_s=args.batch_interval,
+        master=args.master,
+    )
+    heads = headlines(result)
+    print("\nHighest sustained offered rate (lines/s):")
+    for h in heads:
+        print(f"  {h.system:24} {h.pipeline:10} {h.label()}")
+    print("\n" + (render_ratios(heads) or "(one system only: no ratios)"), flush=True)
+    if result.skipped:
+        print(f"\nCut by the {budget_s / 60:.0f} min budget: {result.skipped}")
+
+    out_dir = REPO_ROOT / "bench" / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw = out_dir / f"throughput-{when:%Y%m%dT%H%M%SZ}.json"
+    steps = [s.to_dict() for s in result.steps]
+    report = {"command": command, "machine": asdict(machine), "steps": steps}
+    raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
+    if not args.no_write:
+        section = render_throughput_section(
+            result, machine=machine, command=command, when=when, notes=NOTES
+        )
+        write_benchmarks_md(args.output, {"throughput": section})
+        print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The benchmark load generator: exact counts, fixed-size lines, ordered sequence numbers."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+# bench/ is a top-level directory of the repository, not part of the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.loadgen import (
+    BLOCK_LINES,
+    LINE_BYTES,
+    LinePool,
+    LineServer,
+    LineServerState,
+    parse_seq,
+)
+
+WAIT_S = 30
+
+
+def read_all(port: int) -> list[bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as s, s.makefile("rb") as f:
+        return list(f)
+
+
+def check_stream(lines: list[bytes], lines_sent: int) -> None:
+    assert len(lines) == lines_sent
+    assert all(len(line) == LINE_BYTES and line.endswith(b"\n") for line in lines)
+    assert [parse_seq(line) for line in lines] == list(range(lines_sent))
+
+
+def test_pool_lines_are_fixed_size_words_from_the_vocabulary():
+    pool = LinePool(vocab_size=1000, seed=7)
+    vocab = set(pool.vocabulary)
+    assert len(vocab) == 1000
+    for seq in [0, 1, 999, 1000, 123_456_789, 9_999_999_999]:
+        line = pool.line(seq)
+        assert len(line) == LINE_BYTES
+        seq_token, *words = line.decode().rstrip("\n").split(" ")
+        assert int(seq_token) == seq and len(seq_token) == 10
+        assert words and set(words) <= vocab
+    assert LinePool(seed=7).line(5) == pool.line(5)  # seeded: same content every run
+
+
+def test_paced_rate_sends_exact_counts_in_order():
+    with LineServer(rate=10_000, seconds=1.0) as server:
+        result: list[list[bytes]] = []
+        reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
+        reader.start()
+        assert server.wait_finished(WAIT_S)
+        reader.join(WAIT_S)
+    info = server.info()
+    assert info.error is None and info.connections == 1 and not info.torn_line
+    assert 5_000 <= info.lines_sent <= 15_000
+    check_stream(result[0], info.lines_sent)
+    # Every sent line has a send time, non-decreasing in the sequence number.
+    times = [server.send_time_of(s) for s in range(0, info.lines_sent, 97)]
+    assert times == sorted(times)
+    assert info.started_at_s is not None and info.ended_at_s is not None
+    assert info.started_at_s <= times[0] and times[-1] <= info.ended_at_s
+    with pytest.raises(ValueError):
+        server.send_time_of(info.lines_sent)
+
+
+def test_flat_out_crosses_blocks_and_counts_exactly():
+    with LineServer(rate=None, seconds=0.3) as server:
+        result: list[list[bytes]] = []
+        reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
+        reader.start()
+        assert server.wait_finished(WAIT_S)
+        reader.join(WAIT_S)
+    info = server.info()
+    assert info.lines_sent > 2 * BLOCK_LINES
+    check_stream(result[0], info.lines_sent)
+
+
+def test_slow_reader_pushes_back_and_counts_only_whole_lines():
+    # A client that reads nothing until the window closes: the kernel buffers fill, the
+    # server stops short of rate * seconds, and what it counts is exactly what arrives.
+    with LineServer(rate=2_000_000, seconds=0.5, close_grace_s=0.1) as server:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
+        assert server.wait_finished(WAIT_S)
+        with s, s.makefile("rb") as f:
+            lines = list(f)
+    info = server.info()
+    assert info.lines_sent < 1_000_000
+    if info.torn_line:  # the window closed mid-line and the stalled reader could not take the rest
+        assert 0 < len(lines[-1]) < LINE_BYTES and not lines[-1].endswith(b"\n")
+        lines = lines[:-1]
+    check_stream(lines, info.lines_sent)
+
+
+def test_no_client_finishes_with_an_error_and_stop_is_idempotent():
+    server = LineServer(rate=1000, seconds=1.0, accept_timeout_s=0.2).start()
+    assert not server.wait_connected(WAIT_S)
+    assert server.wait_finished(WAIT_S)
+    assert server.state is LineServerState.FINISHED
+    assert "no client connected" in (server.info().error or "")
+    server.stop()
+    server.stop()
+    with pytest.raises(RuntimeError, match="FINISHED"):
+        server.start()
+
+
+def test_stop_ends_the_window_early():
+    with LineServer(rate=1000, seconds=600) as server:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
+        assert server.wait_connected(WAIT_S)
+        server.stop()
+        assert server.wait_finished(WAIT_S)
+        with s, s.makefile("rb") as f:
+            lines = list(f)
+    check_stream(lines, server.info().lines_sent)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rate": 0, "seconds": 1}, {"rate": 10, "seconds": 0}, {"rate": None, "seconds": 1e9}],
+)
+def test_invalid_config_names_the_key(kwargs):
+    with pytest.raises(ValueError, match=r"rate|seconds"):
+        LineServer(**kwargs)
