@@ -9,7 +9,7 @@ from typing import Any
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.util.clock import ManualClock
 
-__all__ = ["ManualClock", "SequenceReceiver"]
+__all__ = ["CountingReceiver", "ManualClock", "SequenceReceiver"]
 
 
 class SequenceReceiver(Receiver):
@@ -64,3 +64,44 @@ class SequenceReceiver(Receiver):
                 self.store(pd.DataFrame({"value": part}))
             else:
                 self.store(part, reliable=True)
+
+
+class CountingReceiver(Receiver):
+    """Stores numbered records (``"<stream>-<n>"``) at ``rate`` records/s until stopped.
+
+    Records are stored in lists of ``rate / 20`` every 50 ms; ``n`` starts again
+    at 0 after a restart of the task (the receiver object is re-sent). With
+    ``rate=0`` it stores nothing and only runs.
+    """
+
+    def __init__(self, rate: int = 100, preferred_location: str | None = None) -> None:
+        super().__init__(preferred_location=preferred_location)
+        self.rate = rate
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_thread"] = None
+        return state
+
+    def on_start(self) -> None:
+        """Start storing on a thread of its own."""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def on_stop(self) -> None:
+        """The storing thread sees ``is_stopped`` and ends."""
+
+    def _run(self) -> None:
+        n = 0
+        per_tick = max(1, self.rate // 20)
+        pause = threading.Event()
+        while self.rate <= 0 and not self.is_stopped():
+            pause.wait(0.05)
+        while not self.is_stopped():
+            try:
+                self.store([f"{self.stream_id}-{i}" for i in range(n, n + per_tick)])
+            except Exception:  # noqa: BLE001 - stopping while storing ends the loop
+                return
+            n += per_tick
+            pause.wait(0.05)
