@@ -1,14 +1,16 @@
 """Receivers on a real multi-executor Spark (local-cluster), run as its own process.
 
 Each executor has two cores: one for a receiver, one for batches (a receiver
-holds its core for good). Prints one JSON line with what it observed; tests/integration/test_cluster.py
-asserts on it. Steps: two receivers are placed on different executors; the
-executor JVM of receiver 0 is killed with SIGKILL; receiver 0 must come back
-on another executor, and the listener must see the error and the restart;
-then the context stops gracefully (every record received is processed) and
-nothing of ours is left running. Receiver 0 stores nothing, so that losing its
-executor loses no block (without a WAL a lost block fails its batch, as in
-Spark); receiver 1 feeds the batches.
+holds its core for good). Prints one JSON line with what it observed;
+tests/integration/test_cluster.py asserts on it.
+
+Steps: two receivers are placed on different executors; the executor JVM of
+receiver 0 is killed with SIGKILL; receiver 0 must come back on another
+executor, and the listener must see the error and the restart; then the
+context stops gracefully (every record received is processed) and nothing of
+ours is left running. Receiver 0 stores nothing, so that losing its executor
+loses no block (without a WAL a lost block fails its batch, as in Spark);
+receiver 1 feeds the batches.
 """
 
 from __future__ import annotations
