@@ -66,8 +66,15 @@ def records_to_table(records: list[Any], schema: pa.Schema) -> pa.Table:
     try:
         if is_default(schema):
             return pa.Table.from_arrays([pa.array(records, pa.string())], schema=schema)
-        if records and isinstance(records[0], Mapping):
+        mappings = sum(1 for r in records if isinstance(r, Mapping))
+        if mappings == len(records) and records:
             return pa.Table.from_pylist(records, schema=schema)
+        if mappings:
+            names = schema.names
+            rows = [
+                r if isinstance(r, Mapping) else dict(zip(names, r, strict=True)) for r in records
+            ]
+            return pa.Table.from_pylist(rows, schema=schema)
         columns: list[Any] = list(zip(*records, strict=True)) if records else [[] for _ in schema]
         arrays = [pa.array(col, f.type) for col, f in zip(columns, schema, strict=True)]
         return pa.Table.from_arrays(arrays, schema=schema)

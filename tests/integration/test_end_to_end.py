@@ -83,3 +83,48 @@ def test_socket_pipeline_counts_exactly_what_the_source_sent(spark):
     assert tracker.records_received() == sent
     assert sum(counted) == sent
     assert_nothing_of_ours_left(spark)
+
+
+def test_tracker_refuses_strangers_and_keeps_running(spark):
+    from spark_receivers.driver import tracker_commands as cmd
+    from spark_receivers.errors import RpcError
+    from spark_receivers.rpc import messages as m
+    from spark_receivers.rpc.transport import EndpointClient
+    from spark_receivers.testing import CountingReceiver
+
+    ssc = StreamingContext(spark, batch_interval_ms=500)
+    counted = []
+    ssc.receiver_stream(CountingReceiver(rate=200)).foreach_batch(
+        lambda df, t: counted.append(df.count())
+    )
+    ssc.start()
+    tracker = ssc.receiver_tracker
+    try:
+        assert wait_until(
+            lambda: tracker.run(cmd.AllReceiverIds()) == [0] and tracker.records_received() > 0, 60
+        )
+        client = EndpointClient(tracker.address, ssc._secret)
+        # A registration from an executor the receiver was not scheduled on is refused.
+        assert (
+            client.call(
+                m.RegisterReceiver(0, "CountingReceiver", "127.0.0.1", "exec-7", "127.0.0.1:1")
+            )
+            is False
+        )
+        with pytest.raises(RpcError, match="unknown stream id 9"):
+            client.call(m.AddBlock(m.ReceivedBlockInfo(9, "input-9-1-1", 1, 0, "127.0.0.1:1")))
+        with pytest.raises(RpcError, match="does not belong to stream 0"):
+            client.call(m.AddBlock(m.ReceivedBlockInfo(0, "input-3-1-1", 1, 0, "127.0.0.1:1")))
+        with pytest.raises(RpcError, match="malformed block id"):
+            client.call(m.AddBlock(m.ReceivedBlockInfo(0, "../../etc/passwd", 1, 0, "127.0.0.1:1")))
+        before = tracker.records_received()
+        assert wait_until(lambda: tracker.records_received() > before, 30)  # still receiving
+        infos = tracker.tracking_infos()
+        assert infos[0].name == "CountingReceiver-0"
+        assert infos[0].running_executor is not None
+    finally:
+        ssc.stop(graceful=True)
+    assert sum(counted) == tracker.records_received()
+    with pytest.raises(RpcError):
+        client.call(m.AddBlock(m.ReceivedBlockInfo(0, "input-0-1-1", 1, 0, "127.0.0.1:1")))
+    assert_nothing_of_ours_left(spark)
