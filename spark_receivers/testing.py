@@ -6,10 +6,15 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.supervisor import ReceiverSupervisor
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.auth import new_secret
+from spark_receivers.rpc.transport import FlightEndpoint
 from spark_receivers.util.clock import ManualClock
 
-__all__ = ["CountingReceiver", "ManualClock", "SequenceReceiver"]
+__all__ = ["CountingReceiver", "ManualClock", "SequenceReceiver", "StandInTracker", "supervise"]
 
 
 class SequenceReceiver(Receiver):
@@ -105,3 +110,63 @@ class CountingReceiver(Receiver):
                 return
             n += per_tick
             pause.wait(0.05)
+
+
+class StandInTracker:
+    """A real tracker endpoint (Flight, authenticated) that records what it gets.
+
+    For testing a receiver without Spark: run it under a real
+    :class:`ReceiverSupervisor` with :func:`supervise`, then look at the
+    messages it sent. Replies to ``RegisterReceiver``/``AddBlock`` with
+    ``accept_register``/``accept_blocks``. Close it with :meth:`close`.
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.secret = new_secret()
+        self.accept_register = True
+        self.accept_blocks = True
+        self.messages: list[object] = []
+        self.cond = threading.Condition()
+        self.endpoint = FlightEndpoint(
+            "tracker", host, self.secret, m.TRACKER_MESSAGES, self._handle
+        )
+
+    def _handle(self, msg: object) -> object:
+        with self.cond:
+            self.messages.append(msg)
+            self.cond.notify_all()
+        if isinstance(msg, m.RegisterReceiver):
+            return self.accept_register
+        if isinstance(msg, m.AddBlock):
+            return self.accept_blocks
+        return True
+
+    def of(self, kind: type) -> list[Any]:
+        """The messages received of one type, in order."""
+        with self.cond:
+            return [x for x in self.messages if isinstance(x, kind)]
+
+    def wait_for(self, predicate: Any, timeout_s: float = 15.0) -> None:
+        """Wait until ``predicate()`` holds; AssertionError on timeout."""
+        with self.cond:
+            if not self.cond.wait_for(predicate, timeout_s):
+                msg = f"timed out after {timeout_s}s; last messages: {self.messages[-5:]}"
+                raise AssertionError(msg)
+
+    def records(self) -> int:
+        """Records in every block reported so far."""
+        return sum(x.block_info.num_records for x in self.of(m.AddBlock))
+
+    def close(self) -> None:
+        """Stop the endpoint."""
+        self.endpoint.close()
+
+
+def supervise(
+    tracker: StandInTracker, receiver: Receiver, stream_id: int = 0, **config: Any
+) -> ReceiverSupervisor:
+    """A supervisor for ``receiver`` reporting to ``tracker`` (not started yet)."""
+    cfg = StreamingConfig(**{"block_interval_ms": 50, "receiver_drain_timeout_s": 5.0, **config})
+    return ReceiverSupervisor(
+        receiver, stream_id, tracker.endpoint.address, tracker.secret, cfg, "127.0.0.1", "driver"
+    )

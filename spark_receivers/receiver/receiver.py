@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_receivers.errors import StateError
+from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.receiver.bad_records import BadRecordPolicy, DeadLetterWriter
 from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA, is_block_data
 
@@ -52,8 +53,14 @@ class Receiver:
     storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK
     preferred_location: str | None = None
     schema: pa.Schema = DEFAULT_SCHEMA
+    bad_record_policy: BadRecordPolicy = BadRecordPolicy.SKIP
+    dead_letter_dir: str | None = None
+    bad_records: int = 0
+    report_first: int = 10
+    report_every: int = 1000
     _stream_id: int = -1
     _supervisor: ReceiverSupervisor | None = None
+    _dead_letters: DeadLetterWriter | None = None
 
     def __init__(
         self,
@@ -61,11 +68,15 @@ class Receiver:
         *,
         schema: pa.Schema | None = None,
         preferred_location: str | None = None,
+        bad_record_policy: str | BadRecordPolicy = "skip",
+        dead_letter_dir: str | None = None,
     ) -> None:
         self.storage_level = storage_level
         self.preferred_location = preferred_location
         if schema is not None:
             self.schema = schema
+        self.bad_record_policy = BadRecordPolicy.parse(bad_record_policy, dead_letter_dir)
+        self.dead_letter_dir = dead_letter_dir
 
     # --- to implement -------------------------------------------------------
 
@@ -130,6 +141,34 @@ class Receiver:
         sup = self._supervisor
         return sup is None or sup.is_receiver_stopped()
 
+    def handle_bad_record(
+        self, record: bytes | str, reason: str, error: BaseException | None = None
+    ) -> None:
+        """Count, report and handle a record the receiver cannot take, per its policy.
+
+        ``skip`` drops it, ``dead_letter`` appends it to ``dead_letter_dir``, ``fail``
+        stops the receiver and raises :class:`ReceiverError`. See
+        :mod:`spark_receivers.receiver.bad_records`.
+        """
+        self.bad_records += 1
+        n = self.bad_records
+        sample = record[:100]
+        if n <= self.report_first or n % self.report_every == 0:
+            message = (
+                f"bad record #{n} ({self.bad_record_policy.value}): {reason}; sample {sample!r}"
+            )
+            log.warning("receiver %d: %s", self._stream_id, message)
+            self.report_error(message, error or ReceiverError(reason))
+        if self.bad_record_policy is BadRecordPolicy.DEAD_LETTER:
+            if self._dead_letters is None:
+                assert self.dead_letter_dir is not None
+                self._dead_letters = DeadLetterWriter(self.dead_letter_dir, self._stream_id)
+            self._dead_letters.write(record, reason)
+        elif self.bad_record_policy is BadRecordPolicy.FAIL:
+            failure = ReceiverError(f"bad record: {reason}; sample {sample!r}")
+            self.stop(f"bad record: {reason}", error or failure)
+            raise failure
+
     # --- internals ----------------------------------------------------------
 
     def _tuple_is_many(self) -> bool:
@@ -153,6 +192,7 @@ class Receiver:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_supervisor", None)
+        state.pop("_dead_letters", None)
         return state
 
     @property

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import socket
 import threading
+from typing import Any
 
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receiver.receiver import Receiver
@@ -17,10 +18,11 @@ class SocketTextReceiver(Receiver):
     """Connects to ``host:port`` and stores every line (UTF-8, without its newline).
 
     When the connection drops or cannot be made, the receiver restarts and
-    reconnects with a backoff that doubles from ``receiver_restart_delay_ms`` up
-    to ``max_backoff_ms``. A line longer than ``max_record_bytes`` or not valid
-    UTF-8 is skipped, counted and reported to the driver; the lines around it
-    are kept.
+    reconnects with a backoff that doubles from 500 ms up to ``max_backoff_ms``.
+    A line longer than ``max_record_bytes`` or not valid UTF-8 is a bad record:
+    counted, reported to the driver and handled by ``bad_record_policy``
+    (``skip`` by default, ``fail`` or ``dead_letter``); the lines around it are
+    kept. Other keyword arguments go to :class:`Receiver`.
     """
 
     def __init__(
@@ -31,15 +33,14 @@ class SocketTextReceiver(Receiver):
         max_record_bytes: int = 1024 * 1024,
         max_backoff_ms: int = 30_000,
         read_size: int = 256 * 1024,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
         self.host = host
         self.port = port
         self.max_record_bytes = max_record_bytes
         self.max_backoff_ms = max_backoff_ms
         self.read_size = read_size
-        self.bad_records = 0
         self._failures = 0
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -81,37 +82,52 @@ class SocketTextReceiver(Receiver):
             return
         sock.settimeout(None)
         self._sock = sock
-        pending = b""
         try:
-            while not self.is_stopped():
-                data = sock.recv(self.read_size)
-                if not data:
-                    break
-                self._failures = 0
-                data = pending + data
-                cut = data.rfind(b"\n")
-                if cut < 0:
-                    pending = data
-                    if len(pending) > self.max_record_bytes:
-                        self._bad(
-                            f"line longer than max_record_bytes={self.max_record_bytes} skipped"
-                        )
-                        pending = b""
-                    continue
-                pending = data[cut + 1 :]
-                self._store_lines(data[:cut])
+            self._read_lines(sock)
         except OSError as e:
             if not self.is_stopped():
                 self.restart(
                     f"error reading from {self.host}:{self.port}: {e}", e, self._backoff_ms()
                 )
             return
+        except ReceiverError:
+            return  # a bad record under the "fail" policy stopped the receiver
         if not self.is_stopped():
-            if pending:
-                self._store_lines(pending)
             self.restart(f"connection to {self.host}:{self.port} closed", None, self._backoff_ms())
 
+    def _read_lines(self, sock: socket.socket) -> None:
+        pending = b""
+        skipping = False  # inside a line already reported as too long
+        while not self.is_stopped():
+            data = sock.recv(self.read_size)
+            if not data:
+                break
+            self._failures = 0
+            data = pending + data
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                pending = data
+                if len(pending) > self.max_record_bytes:
+                    if not skipping:
+                        self._too_long(pending)
+                    skipping, pending = True, b""
+                continue
+            pending = data[cut + 1 :]
+            chunk = data[:cut]
+            if skipping:
+                first = chunk.find(b"\n")
+                chunk = b"" if first < 0 else chunk[first + 1 :]
+                skipping = False
+                if first < 0:
+                    continue
+            self._store_lines(chunk)
+        if pending and not skipping and not self.is_stopped():
+            self._store_lines(pending)
+
     def _store_lines(self, chunk: bytes) -> None:
+        if len(chunk) > self.max_record_bytes:
+            self._store_checked(chunk.split(b"\n"))
+            return
         try:
             text = chunk.decode("utf-8")
         except UnicodeDecodeError:
@@ -120,30 +136,32 @@ class SocketTextReceiver(Receiver):
         lines = text.split("\n")
         if "\r" in text:
             lines = [line.removesuffix("\r") for line in lines]
-        if len(chunk) > self.max_record_bytes and any(
-            len(line) > self.max_record_bytes // 4 for line in lines
-        ):
-            self._store_checked([line.encode() for line in lines])
-            return
         self.store(lines)
 
     def _store_checked(self, raw_lines: list[bytes]) -> None:
-        good = []
+        good: list[str] = []
         for raw in raw_lines:
-            if len(raw) > self.max_record_bytes:
-                self._bad(
-                    f"line of {len(raw)} bytes longer than "
-                    f"max_record_bytes={self.max_record_bytes} skipped"
-                )
-                continue
-            try:
-                good.append(raw.decode("utf-8").removesuffix("\r"))
-            except UnicodeDecodeError as e:
-                self._bad(f"line that is not valid UTF-8 skipped: {raw[:60]!r}", e)
+            if len(raw) <= self.max_record_bytes:
+                try:
+                    good.append(raw.decode("utf-8").removesuffix("\r"))
+                    continue
+                except UnicodeDecodeError as e:
+                    error: UnicodeDecodeError | None = e
+            else:
+                error = None
+            # Store the good lines before it first, so a "fail" policy costs none of them.
+            if good:
+                self.store(good)
+                good = []
+            if error is not None:
+                self.handle_bad_record(raw, "line is not valid UTF-8", error)
+            else:
+                self._too_long(raw)
         if good:
             self.store(good)
 
-    def _bad(self, message: str, error: BaseException | None = None) -> None:
-        self.bad_records += 1
-        log.warning("receiver %d: %s", self.stream_id, message)
-        self.report_error(message, error or ReceiverError(message))
+    def _too_long(self, raw: bytes) -> None:
+        self.handle_bad_record(
+            raw[: self.max_record_bytes],
+            f"line longer than max_record_bytes={self.max_record_bytes}",
+        )

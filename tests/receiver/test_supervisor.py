@@ -13,47 +13,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from spark_receivers import Receiver, StreamingConfig
+from spark_receivers import Receiver
 from spark_receivers.errors import ReceiverError, StateError
-from spark_receivers.receiver.supervisor import ReceiverSupervisor
 from spark_receivers.rpc import messages as m
-from spark_receivers.rpc.auth import new_secret
-from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
+from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.testing import StandInTracker, supervise
 
 WAIT_S = 15
-
-
-class StandInTracker:
-    def __init__(self) -> None:
-        self.secret = new_secret()
-        self.accept_register = True
-        self.accept_blocks = True
-        self.messages: list[object] = []
-        self.cond = threading.Condition()
-        self.endpoint = FlightEndpoint(
-            "tracker", "127.0.0.1", self.secret, m.TRACKER_MESSAGES, self._handle
-        )
-
-    def _handle(self, msg):
-        with self.cond:
-            self.messages.append(msg)
-            self.cond.notify_all()
-        if isinstance(msg, m.RegisterReceiver):
-            return self.accept_register
-        if isinstance(msg, m.AddBlock):
-            return self.accept_blocks
-        return True
-
-    def of(self, kind):
-        with self.cond:
-            return [x for x in self.messages if isinstance(x, kind)]
-
-    def wait_for(self, predicate) -> None:
-        with self.cond:
-            assert self.cond.wait_for(predicate, WAIT_S), f"timed out; saw {self.messages[-5:]}"
-
-    def records(self) -> int:
-        return sum(x.block_info.num_records for x in self.of(m.AddBlock))
 
 
 class Recording(Receiver):
@@ -76,14 +42,7 @@ class Recording(Receiver):
 def tracker():
     t = StandInTracker()
     yield t
-    t.endpoint.close()
-
-
-def supervise(tracker, receiver, **config) -> ReceiverSupervisor:
-    cfg = StreamingConfig(**{"block_interval_ms": 50, "receiver_drain_timeout_s": 5.0, **config})
-    return ReceiverSupervisor(
-        receiver, 0, tracker.endpoint.address, tracker.secret, cfg, "127.0.0.1", "driver"
-    )
+    t.close()
 
 
 def eventually(predicate) -> None:
@@ -231,7 +190,7 @@ def test_records_that_do_not_fit_the_schema_are_named():
         sup.stop("end")
         sup.await_termination(WAIT_S)
     finally:
-        tracker.endpoint.close()
+        tracker.close()
 
 
 def test_update_rate_limit_reaches_the_block_generator(tracker):

@@ -1,0 +1,156 @@
+"""SocketTextReceiver under a real supervisor: lines, reconnects, bad records per policy."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from spark_receivers import SocketTextReceiver
+from spark_receivers.errors import ConfigError, ReceiverError
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.testing import StandInTracker, supervise
+
+GOOD_BEFORE = [f"good {i}" for i in range(50)]
+GOOD_AFTER = [f"after {i}" for i in range(50)]
+PAYLOAD = (
+    "\n".join(GOOD_BEFORE).encode()
+    + b"\nbad \xff\xfe utf8\n"
+    + b"x" * 5000
+    + b"\nwindows line\r\n"
+    + "\n".join(GOOD_AFTER).encode()
+    + b"\n"
+)
+
+
+class OneShotServer:
+    """Sends ``payload`` to each client, then closes the connection."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.sendall(self.payload)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.fixture
+def tracker():
+    t = StandInTracker()
+    yield t
+    t.close()
+
+
+def stored_values(tracker: StandInTracker, endpoint: str) -> list[str]:
+    client = EndpointClient(endpoint, tracker.secret)
+    values: list[str] = []
+    for add in tracker.of(m.AddBlock):
+        values += client.read_table(add.block_info.block_id.encode()).column("value").to_pylist()
+    return values
+
+
+def run(tracker, receiver, expected_records: int):
+    sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
+    sup.start()
+    tracker.wait_for(lambda: tracker.records() >= expected_records)
+    values = stored_values(tracker, sup.endpoint)
+    names = tuple(a.block_info.block_id for a in tracker.of(m.AddBlock))
+    EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
+    sup.stop("test over")
+    sup.await_termination(15)
+    return values
+
+
+def test_bad_lines_are_skipped_counted_and_reported_the_rest_kept(tracker):
+    server = OneShotServer(PAYLOAD)
+    try:
+        receiver = SocketTextReceiver("127.0.0.1", server.port, max_record_bytes=1000)
+        values = run(tracker, receiver, len(GOOD_BEFORE) + len(GOOD_AFTER) + 1)
+    finally:
+        server.close()
+    assert values == [*GOOD_BEFORE, "windows line", *GOOD_AFTER]
+    assert receiver.bad_records == 2
+    reports = [r.message for r in tracker.of(m.ReportError) if "bad record" in r.message]
+    assert any("not valid UTF-8" in r and "\\xff" in r for r in reports)
+    assert any("longer than max_record_bytes=1000" in r for r in reports)
+
+
+def test_dead_letter_policy_sets_bad_lines_aside(tracker, tmp_path):
+    server = OneShotServer(PAYLOAD)
+    try:
+        receiver = SocketTextReceiver(
+            "127.0.0.1",
+            server.port,
+            max_record_bytes=1000,
+            bad_record_policy="dead_letter",
+            dead_letter_dir=str(tmp_path),
+        )
+        values = run(tracker, receiver, len(GOOD_BEFORE) + len(GOOD_AFTER) + 1)
+    finally:
+        server.close()
+    assert len(values) == len(GOOD_BEFORE) + len(GOOD_AFTER) + 1
+    (dead,) = list(tmp_path.glob("stream-0-*.jsonl"))
+    entries = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [e["reason"] for e in entries] == [
+        "line is not valid UTF-8",
+        "line longer than max_record_bytes=1000",
+    ]
+    assert "base64" in entries[0]
+    assert entries[1]["text"] == "x" * 1000
+
+
+def test_fail_policy_stops_the_receiver_with_the_error(tracker):
+    server = OneShotServer(PAYLOAD)
+    try:
+        receiver = SocketTextReceiver("127.0.0.1", server.port, bad_record_policy="fail")
+        sup = supervise(tracker, receiver)
+        sup.start()
+        with pytest.raises(ReceiverError, match="bad record: line is not valid UTF-8"):
+            sup.await_termination(15)
+    finally:
+        server.close()
+    (dereg,) = tracker.of(m.DeregisterReceiver)
+    assert dereg.message == "bad record: line is not valid UTF-8"
+    assert "UnicodeDecodeError" in dereg.error
+    assert tracker.records() == len(GOOD_BEFORE)  # the lines before it were kept
+
+
+def test_reconnects_after_the_connection_drops(tracker):
+    server = OneShotServer(b"one\ntwo\n")
+    try:
+        receiver = SocketTextReceiver("127.0.0.1", server.port)
+        sup = supervise(tracker, receiver, receiver_restart_delay_ms=10)
+        sup.start()
+        tracker.wait_for(lambda: tracker.records() >= 4)  # two connections' worth
+        assert server.connections >= 2
+        assert len(tracker.of(m.RegisterReceiver)) >= 2
+        names = tuple(a.block_info.block_id for a in tracker.of(m.AddBlock))
+        EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
+        sup.stop("test over")
+        sup.await_termination(15)
+    finally:
+        server.close()
+
+
+def test_bad_policy_configuration_fails_clearly():
+    with pytest.raises(ConfigError, match="must be one of skip, fail, dead_letter, got 'drop'"):
+        SocketTextReceiver("127.0.0.1", 1, bad_record_policy="drop")
+    with pytest.raises(ConfigError, match="needs dead_letter_dir"):
+        SocketTextReceiver("127.0.0.1", 1, bad_record_policy="dead_letter")
