@@ -118,6 +118,67 @@ def demo(args: argparse.Namespace) -> int:
     return 0 if summary["ok"] else 1
 
 
+def ingest(args: argparse.Namespace) -> int:
+    """Run a source → sink streaming job until --seconds pass or Ctrl-C."""
+    import signal
+
+    from spark_receivers import StreamingConfig, StreamingContext
+    from spark_receivers.ingest import ProgressPrinter, parse_duration_ms, receiver_for, sink_for
+
+    interval_ms = parse_duration_ms(args.batch_interval)
+    receiver = receiver_for(args.source)
+    if args.wal and not args.checkpoint:
+        print(
+            "error: --wal needs --checkpoint DIR (the write-ahead logs live there)", file=sys.stderr
+        )
+        return 2
+    spark = _local_spark(args.master, "spark-receivers-ingest")
+    sink = sink_for(args.sink, spark)
+    config = StreamingConfig.from_spark_conf(
+        dict(spark.sparkContext.getConf().getAll()), receiver_wal_enabled=bool(args.wal)
+    )
+    ssc = StreamingContext(spark, interval_ms, checkpoint_dir=args.checkpoint, config=config)
+    ssc.receiver_stream(receiver).foreach_batch(sink, name=args.sink)
+    progress = ProgressPrinter(ssc)
+    ssc.add_streaming_listener(progress)
+    interrupted = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            print("stopping now", file=sys.stderr, flush=True)
+            ssc.stop(graceful=False)
+        interrupted.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    ssc.start()
+    print(
+        f"ingesting {args.source} -> {args.sink} every {interval_ms} ms; Ctrl-C stops gracefully",
+        file=sys.stderr,
+        flush=True,
+    )
+    interrupted.wait(args.seconds)
+    print("stopping gracefully (Ctrl-C again to stop at once) ...", file=sys.stderr, flush=True)
+    failure = None
+    try:
+        ssc.stop(graceful=True)
+        ssc.await_termination(0)
+    except Exception as e:  # noqa: BLE001 - reported below, exit code 1
+        failure = e
+    received = ssc.receiver_tracker.records_received() if ssc.receiver_tracker else 0
+    print(
+        f"done: {progress.batches} batches, {progress.records:,} records processed, "
+        f"{received:,} received",
+        file=sys.stderr,
+        flush=True,
+    )
+    spark.stop()
+    if failure is not None:
+        print(f"error: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``spark-receivers`` command."""
     parser = argparse.ArgumentParser(prog="spark-receivers", description=__doc__)
@@ -135,6 +196,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[4]", help="Spark master (default local[4])")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.set_defaults(func=demo)
+    q = sub.add_parser("ingest", help="stream a source URI into a sink")
+    q.add_argument(
+        "--source",
+        required=True,
+        help="socket://, http://, file://, redis://, mqtt:// or generator:// URI",
+    )
+    q.add_argument("--sink", required=True, help="parquet:DIR, console or table:NAME")
+    q.add_argument("--batch-interval", default="1s", help="batch interval (default 1s)")
+    q.add_argument("--checkpoint", default=None, help="checkpoint directory (needed by --wal)")
+    q.add_argument(
+        "--wal", action="store_true", help="write-ahead logs: nothing acknowledged is lost"
+    )
+    q.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="stop after N seconds (default: run until Ctrl-C)",
+    )
+    q.add_argument("--master", default="local[4]", help="Spark master (default local[4])")
+    q.set_defaults(func=ingest)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("SPARK_RECEIVERS_LOG_LEVEL", "WARNING"),
