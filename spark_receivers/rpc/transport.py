@@ -21,6 +21,7 @@ import pyarrow.flight as flight
 from spark_receivers.errors import AuthenticationError, RpcError
 from spark_receivers.rpc import messages
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, sign
+from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         block_reader: Callable[[bytes], pa.Table] | None = None,
         max_message_bytes: int = 4 * 1024 * 1024,
         port: int = 0,
+        tls: TlsConfig | None = None,
     ) -> None:
         self._name = name
         self._accepted = accepted
@@ -70,9 +72,14 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._block_reader = block_reader
         self._max_message_bytes = max_message_bytes
         self.host = host
+        scheme = "grpc+tls" if tls is not None else "grpc+tcp"
+        certificates = (
+            [flight.CertKeyPair(tls.cert_pem(), tls.key_pem())] if tls is not None else []
+        )
         super().__init__(
-            location=f"grpc+tcp://{host}:{port}",
+            location=f"{scheme}://{host}:{port}",
             middleware={"auth": _AuthMiddlewareFactory(TokenVerifier(secret), name)},
+            tls_certificates=certificates,
         )
         self._closed = threading.Event()
 
@@ -128,11 +135,20 @@ class EndpointClient:
     Thread-safe (gRPC channels are); ``timeout_s`` bounds every call.
     """
 
-    def __init__(self, address: str, secret: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, address: str, secret: str, timeout_s: float = 30.0, tls: TlsConfig | None = None
+    ) -> None:
         self.address = address
         self._secret = secret
         self._timeout_s = timeout_s
-        self._client = flight.FlightClient(f"grpc+tcp://{address}")
+        if tls is None:
+            self._client = flight.FlightClient(f"grpc+tcp://{address}")
+        else:
+            self._client = flight.FlightClient(
+                f"grpc+tls://{address}",
+                tls_root_certs=tls.ca_pem(),
+                override_hostname=tls.server_name,
+            )
 
     def _options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
         token = sign(self._secret).encode()
