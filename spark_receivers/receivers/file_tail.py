@@ -1,0 +1,379 @@
+"""``FileTailReceiver``: follows the files of a directory, one record per line.
+
+Reliable: every batch of lines is stored with ``store(..., reliable=True)``
+and only then is the read offset saved (an atomic write-then-rename of a JSON
+file), so a restarted receiver goes on exactly after the last stored line.
+A crash between the store and the save stores that batch twice (at least
+once, never lost).
+
+Files are known by ``(st_dev, st_ino)``, not by name, and each one followed is
+held open. So:
+
+* appends: the new complete lines are read at the next poll; a last line
+  without its newline waits until it is completed;
+* new files matching ``pattern``: followed from their first byte;
+* rotation (``app.log`` renamed ``app.log.1``, a new ``app.log`` created):
+  the old inode is still followed under its new name (or, if deleted, through
+  the open handle) until it has been idle for ``finish_after_ms``; then its
+  unterminated last line, if any, is stored and the file is forgotten;
+* truncation (size below the offset, as ``copytruncate`` does): reading
+  restarts at 0 and the receiver reports an error to the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import stat
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.receiver import Receiver
+
+log = logging.getLogger(__name__)
+
+OFFSETS_DIR_NAME = ".spark-receivers-offsets"
+START_AT = ("beginning", "end")
+
+
+@dataclass
+class _Followed:
+    """One followed file: its identity, where it was last seen, how far it was stored."""
+
+    key: str
+    path: str
+    offset: int
+    skipping: bool = False  # inside a line longer than max_record_bytes: drop up to its end
+    handle: IO[bytes] | None = None
+    last_change: float = field(default_factory=time.monotonic)
+
+
+def _key(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+class FileTailReceiver(Receiver):
+    r"""Stores every complete line appended to the files of ``directory`` matching ``pattern``.
+
+    ``start_at="end"`` skips what the files hold when the receiver first starts
+    without saved offsets (files created later are read from their start).
+    ``offsets_dir`` defaults to ``<directory>/.spark-receivers-offsets``; the
+    offsets of stream N live in ``stream-N.json`` there (``offsets_name``
+    overrides the name). Lines are decoded as UTF-8 (bad bytes replaced, and
+    reported), without their ``\n`` or ``\r\n``. A line longer than
+    ``max_record_bytes`` is skipped and reported. Hidden files (``.name``) are
+    ignored unless ``pattern`` starts with a dot.
+
+    Thread contract: one polling thread (``file-tail-<stream>``) reads and
+    stores; it waits on an event between polls, so ``on_stop`` returns within
+    one store.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        pattern: str = "*",
+        *,
+        offsets_dir: str | None = None,
+        offsets_name: str | None = None,
+        poll_interval_ms: int = 200,
+        start_at: str = "beginning",
+        max_batch_bytes: int = 4 * 1024 * 1024,
+        max_record_bytes: int = 1024 * 1024,
+        finish_after_ms: int = 2000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if start_at not in START_AT:
+            msg = f"start_at must be one of {START_AT}, got {start_at!r}"
+            raise ConfigError(msg)
+        for key, value in (
+            ("poll_interval_ms", poll_interval_ms),
+            ("max_batch_bytes", max_batch_bytes),
+            ("max_record_bytes", max_record_bytes),
+        ):
+            if value <= 0:
+                msg = f"{key} must be > 0, got {value!r}"
+                raise ConfigError(msg)
+        if finish_after_ms < 0:
+            msg = f"finish_after_ms must be >= 0, got {finish_after_ms!r}"
+            raise ConfigError(msg)
+        self.directory = os.path.abspath(directory)
+        self.pattern = pattern
+        self.offsets_dir = offsets_dir or os.path.join(self.directory, OFFSETS_DIR_NAME)
+        self.offsets_name = offsets_name
+        self.poll_interval_ms = poll_interval_ms
+        self.start_at = start_at
+        self.max_batch_bytes = max(max_batch_bytes, max_record_bytes)
+        self.max_record_bytes = max_record_bytes
+        self.finish_after_ms = finish_after_ms
+        self.lines_stored = 0
+        self.bad_records = 0
+        self._files: dict[str, _Followed] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_files"] = {}
+        state["_stop"] = None
+        state["_thread"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stop = threading.Event()
+
+    @property
+    def offsets_path(self) -> str:
+        """The JSON file that holds the saved offsets of this stream."""
+        name = self.offsets_name or f"stream-{self.stream_id}.json"
+        return os.path.join(self.offsets_dir, name)
+
+    # --- lifecycle ----------------------------------------------------------
+
+    def on_start(self) -> None:
+        """Load the saved offsets and start the polling thread."""
+        self._stop = threading.Event()
+        self._files = {}
+        self._thread = threading.Thread(
+            target=self._run, name=f"file-tail-{self.stream_id}", daemon=True
+        )
+        self._thread.start()
+
+    def on_stop(self) -> None:
+        """Stop polling, wait for the thread, close the files."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(30)
+            if thread.is_alive():
+                log.warning("receiver %d: file tail thread did not stop", self.stream_id)
+        self._close_all()
+
+    def _close_all(self) -> None:
+        for f in self._files.values():
+            if f.handle is not None:
+                with contextlib.suppress(OSError):
+                    f.handle.close()
+                f.handle = None
+
+    def _run(self) -> None:
+        try:
+            first_start = self._load_offsets()
+            self._poll(skip_existing=first_start and self.start_at == "end")
+            while not self._stop.wait(self.poll_interval_ms / 1000.0):
+                self._poll()
+        except Exception as e:
+            if self._stop.is_set() or self.is_stopped():
+                log.info("receiver %d: stopped while tailing: %s", self.stream_id, e)
+                return
+            log.exception("receiver %d: tailing %s failed", self.stream_id, self.directory)
+            self.restart(f"tailing {self.directory} failed: {e}", e)
+        finally:
+            self._close_all()
+
+    # --- offsets --------------------------------------------------------------
+
+    def _load_offsets(self) -> bool:
+        """Load saved offsets; True when there were none (the very first start)."""
+        try:
+            with open(self.offsets_path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            return True
+        for key, entry in saved.get("files", {}).items():
+            self._files[key] = _Followed(
+                key, entry["path"], int(entry["offset"]), bool(entry.get("skipping", False))
+            )
+        return False
+
+    def _save_offsets(self) -> None:
+        os.makedirs(self.offsets_dir, exist_ok=True)
+        content = {
+            "version": 1,
+            "directory": self.directory,
+            "files": {
+                k: {"path": f.path, "offset": f.offset, "skipping": f.skipping}
+                for k, f in self._files.items()
+            },
+        }
+        fd, tmp = tempfile.mkstemp(dir=self.offsets_dir, prefix=".offsets-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(content, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.offsets_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    # --- polling ----------------------------------------------------------------
+
+    def _scan(self) -> dict[str, tuple[str, os.stat_result]]:
+        found: dict[str, tuple[str, os.stat_result]] = {}
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return found
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue  # removed between the listing and the stat
+            if stat.S_ISREG(st.st_mode):
+                found[_key(st)] = (entry.path, st)
+        return found
+
+    def _matches(self, path: str) -> bool:
+        name = os.path.basename(path)
+        if name.startswith(".") and not self.pattern.startswith("."):
+            return False
+        return fnmatch.fnmatch(name, self.pattern)
+
+    def _poll(self, skip_existing: bool = False) -> None:
+        found = self._scan()
+        changed = False
+        for key, (path, st) in found.items():
+            if key not in self._files and self._matches(path):
+                self._files[key] = _Followed(key, path, st.st_size if skip_existing else 0)
+                changed = True
+        if skip_existing:
+            self._save_offsets()
+        # Old (rotated) inodes first, so that a file's lines come before its successor's.
+        order = sorted(
+            self._files.values(),
+            key=lambda f: (self._matches(found[f.key][0]) if f.key in found else False, f.path),
+        )
+        for followed in order:
+            if self._stop.is_set():
+                return
+            changed |= self._follow(followed, found.get(followed.key))
+        if changed:
+            self._save_offsets()
+
+    def _follow(self, f: _Followed, seen: tuple[str, os.stat_result] | None) -> bool:
+        """Store what is new in one file; True when the offsets changed without a save."""
+        if seen is not None:
+            f.path = seen[0]
+        if f.handle is None:
+            if seen is None:  # gone while we were not running: nothing left to read
+                log.warning("receiver %d: %s (%s) is gone", self.stream_id, f.path, f.key)
+                del self._files[f.key]
+                return True
+            try:
+                handle = open(f.path, "rb")  # noqa: SIM115 - held open across polls
+            except OSError as e:
+                log.warning("receiver %d: cannot open %s: %s", self.stream_id, f.path, e)
+                return False
+            if _key(os.fstat(handle.fileno())) != f.key:  # replaced between scan and open
+                handle.close()
+                return False
+            f.handle = handle
+        size = os.fstat(f.handle.fileno()).st_size
+        if size < f.offset:
+            message = (
+                f"{f.path} was truncated to {size} bytes below the read offset {f.offset}; "
+                "reading it again from its start"
+            )
+            log.warning("receiver %d: %s", self.stream_id, message)
+            self.report_error(message)
+            f.offset = 0
+            f.skipping = False
+            f.last_change = time.monotonic()
+            self._save_offsets()
+        progressed = False
+        while size > f.offset and not self._stop.is_set():
+            if not self._read_some(f, size):
+                break
+            progressed = True
+        if progressed:
+            f.last_change = time.monotonic()
+            return False
+        finished = seen is None or not self._matches(seen[0])
+        idle_ms = (time.monotonic() - f.last_change) * 1000.0
+        if finished and idle_ms >= self.finish_after_ms:
+            self._finish(f, size)
+            return True
+        return False
+
+    def _read_some(self, f: _Followed, size: int) -> bool:
+        """Store the next complete lines of ``f``; False when only a partial line is left."""
+        assert f.handle is not None
+        f.handle.seek(f.offset)
+        chunk = f.handle.read(min(self.max_batch_bytes, size - f.offset))
+        if not chunk:
+            return False
+        if f.skipping:  # drop the rest of an over-long line, up to its newline
+            nl = chunk.find(b"\n")
+            end = len(chunk) if nl < 0 else nl + 1
+            self._commit(f, f.offset + end, [], skipping=nl < 0)
+            return True
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            if len(chunk) >= self.max_record_bytes:
+                self._bad(
+                    f"{f.path}: line at byte {f.offset} longer than "
+                    f"max_record_bytes={self.max_record_bytes} skipped"
+                )
+                self._commit(f, f.offset + len(chunk), [], skipping=True)
+                return True
+            return False
+        lines = self._decode(f, chunk[:cut])
+        self._commit(f, f.offset + cut + 1, lines, skipping=False)
+        return True
+
+    def _decode(self, f: _Followed, data: bytes) -> list[str]:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self._bad(f"{f.path}: bytes that are not UTF-8 near byte {f.offset + e.start} replaced")
+            text = data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line.removesuffix("\r") for line in lines]
+        too_long = [line for line in lines if len(line) > self.max_record_bytes]
+        if too_long:
+            self._bad(
+                f"{f.path}: {len(too_long)} line(s) longer than "
+                f"max_record_bytes={self.max_record_bytes} skipped"
+            )
+            lines = [line for line in lines if len(line) <= self.max_record_bytes]
+        return lines
+
+    def _commit(self, f: _Followed, offset: int, lines: list[str], skipping: bool) -> None:
+        """Store ``lines`` reliably, then move and save the offset (in that order)."""
+        if lines:
+            self.store(lines, reliable=True)
+            self.lines_stored += len(lines)
+        f.offset = offset
+        f.skipping = skipping
+        self._save_offsets()
+
+    def _finish(self, f: _Followed, size: int) -> None:
+        """Store the unterminated last line of a rotated-away file and forget it."""
+        if f.handle is not None and size > f.offset and not f.skipping:
+            f.handle.seek(f.offset)
+            tail = f.handle.read(size - f.offset)
+            lines = self._decode(f, tail)
+            if lines:
+                self.store(lines, reliable=True)
+                self.lines_stored += len(lines)
+        log.info("receiver %d: finished %s (%s)", self.stream_id, f.path, f.key)
+        if f.handle is not None:
+            f.handle.close()
+        del self._files[f.key]
+
+    def _bad(self, message: str) -> None:
+        self.bad_records += 1
+        log.warning("receiver %d: %s", self.stream_id, message)
+        self.report_error(message)

@@ -1,0 +1,139 @@
+"""An in-process stand-in for ReceiverSupervisor: runs one receiver without Spark.
+
+It keeps what the receiver stores in memory, in order, with the contract of
+the real supervisor: ``store(..., reliable=True)`` returns only once the
+records are kept (and raises when ``fail_stores`` is set), restarts run
+``on_stop``/``on_start`` on a thread of their own after the delay, ``stop``
+is final. The Spark path is covered by tests/integration/test_builtin_receivers.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from spark_receivers.errors import ReceiverError
+from spark_receivers.receiver.rate_limiter import RateLimiter
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.schema import check_record, is_default
+
+
+class HarnessSupervisor:
+    # No fast path: every store goes through add_records, which the tests watch.
+    add_text = None
+
+    def __init__(self, receiver: Receiver, stream_id: int = 0, max_rate: float | None = None):
+        self.receiver = receiver
+        self.rate_limiter = RateLimiter(max_rate)
+        self.records: list[Any] = []
+        self.reliable_batches: list[list[Any]] = []
+        self.errors: list[str] = []
+        self.restarts: list[str] = []
+        self.stopped_with: str | None = None
+        self.fail_stores: BaseException | None = None
+        self.store_delay_s = 0.0
+        self.on_reliable_store = None  # called with the records before they are kept
+        self._started = False
+        self._stopped = False
+        self._changed = threading.Condition()
+        receiver._attach(self, stream_id)  # type: ignore[arg-type]
+
+    # --- what Receiver calls --------------------------------------------------
+
+    def add_record(self, record: Any, metadata: Any = None, reliable: bool = False) -> None:
+        self.add_records([record], metadata, reliable)
+
+    def add_records(self, records: list[Any], metadata: Any, reliable: bool) -> None:
+        if not is_default(self.receiver.schema) or not all(type(r) is str for r in records):
+            for r in records:
+                check_record(r, self.receiver.schema)
+        self.rate_limiter.acquire(len(records))
+        if reliable:
+            if self.store_delay_s:
+                time.sleep(self.store_delay_s)
+            if self.fail_stores is not None:
+                raise ReceiverError("store failed") from self.fail_stores
+            if self.on_reliable_store is not None:
+                self.on_reliable_store(records)
+        with self._changed:
+            if reliable:
+                self.reliable_batches.append(list(records))
+            self.records.extend(records)
+            self._changed.notify_all()
+
+    def push_table(self, data: Any, metadata: Any, reliable: bool) -> None:
+        self.add_records(data.to_pydict()["value"], metadata, reliable)
+
+    def restart_receiver(self, message: str, error: Any, delay_ms: int | None) -> None:
+        self.restarts.append(message)
+
+        def run() -> None:
+            self._stop_receiver()
+            time.sleep((delay_ms if delay_ms is not None else 100) / 1000.0)
+            if not self._stopped:
+                self.start()
+
+        threading.Thread(target=run, daemon=True, name="harness-restart").start()
+
+    def stop(self, message: str, error: Any = None) -> None:
+        self.stopped_with = message
+        self._stopped = True
+        self._stop_receiver()
+
+    def report_error(self, message: str, error: Any) -> None:
+        with self._changed:
+            self.errors.append(message)
+            self._changed.notify_all()
+
+    def is_receiver_started(self) -> bool:
+        return self._started
+
+    def is_receiver_stopped(self) -> bool:
+        return not self._started
+
+    # --- what tests call --------------------------------------------------------
+
+    def start(self) -> HarnessSupervisor:
+        self._started = True
+        self.receiver.on_start()
+        return self
+
+    def _stop_receiver(self) -> None:
+        if self._started:
+            self._started = False
+            self.receiver.on_stop()
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        self._stop_receiver()
+
+    def wait_for(self, n: int, timeout_s: float = 15.0) -> list[Any]:
+        """Wait until at least ``n`` records were stored; return them all."""
+        with self._changed:
+            ok = self._changed.wait_for(lambda: len(self.records) >= n, timeout_s)
+            assert ok, f"only {len(self.records)} of {n} records stored after {timeout_s}s"
+            return list(self.records)
+
+    def wait_for_errors(self, n: int, timeout_s: float = 15.0) -> list[str]:
+        with self._changed:
+            ok = self._changed.wait_for(lambda: len(self.errors) >= n, timeout_s)
+            assert ok, f"only {self.errors} reported after {timeout_s}s"
+            return list(self.errors)
+
+
+def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        threading.Event().wait(interval_s)
+    return bool(predicate())
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

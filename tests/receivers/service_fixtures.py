@@ -1,0 +1,77 @@
+"""Session fixtures for the real servers the receivers talk to (redis, mosquitto).
+
+Each server is started once per test session through scripts/services.sh (which
+installs it with apt-get when missing) in a state folder of this session, on a
+free port of 127.0.0.1, and stopped at the end. A test that needs a server
+fails, never skips, when the server cannot be started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "services.sh"
+_lock = threading.Lock()
+_ports: dict[str, int] = {}
+_state_dir = tempfile.mkdtemp(prefix="spark-receivers-services-")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "SPARK_RECEIVERS_SERVICES_DIR": _state_dir}
+
+
+def start_service(name: str) -> int:
+    """Start ``name`` once for the session; return its port (pytest.fail when it can't)."""
+    with _lock:
+        if name in _ports:
+            return _ports[name]
+        try:
+            done = subprocess.run(
+                ["bash", str(SCRIPT), "start", name],
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            pytest.fail(f"cannot run {SCRIPT} start {name}: {e}")
+        if done.returncode != 0:
+            pytest.fail(
+                f"{name} could not be started by scripts/services.sh (exit {done.returncode}); "
+                f"the tests of its receiver need a real {name}.\n{done.stderr[-2000:]}"
+            )
+        port = int(done.stdout.strip().splitlines()[-1])
+        _ports[name] = port
+        if len(_ports) == 1:
+            atexit.register(stop_all)
+        return port
+
+
+def stop_all() -> None:
+    with _lock:
+        if not _ports:
+            return
+        subprocess.run(
+            ["bash", str(SCRIPT), "stop", "all"], env=_env(), capture_output=True, check=False
+        )
+        _ports.clear()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """``redis://127.0.0.1:<port>/0`` of the session's redis-server."""
+    return f"redis://127.0.0.1:{start_service('redis')}/0"
+
+
+@pytest.fixture(scope="session")
+def mosquitto_port() -> int:
+    """The port of the session's mosquitto on 127.0.0.1."""
+    return start_service("mosquitto")

@@ -1,0 +1,186 @@
+"""FileTailReceiver on real files: appends, new files, rotation, truncation, restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from harness import HarnessSupervisor, wait_until
+
+from spark_receivers.errors import ConfigError
+from spark_receivers.receivers import FileTailReceiver
+
+FAST = {"poll_interval_ms": 20, "finish_after_ms": 100}
+
+
+def append(path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+@pytest.fixture
+def tail(tmp_path):
+    started: list[HarnessSupervisor] = []
+
+    def tail(**kwargs) -> tuple[FileTailReceiver, HarnessSupervisor]:
+        options = {**FAST, **kwargs}
+        receiver = FileTailReceiver(str(tmp_path / "logs"), **options)
+        sup = HarnessSupervisor(receiver).start()
+        started.append(sup)
+        return receiver, sup
+
+    (tmp_path / "logs").mkdir()
+    yield tail
+    for sup in started:
+        sup.shutdown()
+
+
+def test_appended_complete_lines_arrive_and_a_partial_line_waits(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append(log, "one\ntwo\nthr")
+    receiver, sup = tail()
+    assert sup.wait_for(2) == ["one", "two"]
+    append(log, "ee\r\nfour\n")
+    assert sup.wait_for(4) == ["one", "two", "three", "four"]
+    # every batch was stored reliably before its offset was saved
+    assert all(batch for batch in sup.reliable_batches)
+    # ... and the saved offset follows right after the store
+    size = log.stat().st_size
+    assert wait_until(lambda: saved_offsets(receiver) == [size], 5), saved_offsets(receiver)
+
+
+def test_new_files_matching_the_pattern_are_followed(tmp_path, tail):
+    _, sup = tail(pattern="*.log")
+    append(tmp_path / "logs" / "a.log", "a1\n")
+    append(tmp_path / "logs" / "ignored.txt", "nope\n")
+    append(tmp_path / "logs" / ".hidden.log", "nope\n")
+    assert sup.wait_for(1) == ["a1"]
+    append(tmp_path / "logs" / "b.log", "b1\nb2\n")
+    append(tmp_path / "logs" / "a.log", "a2\n")
+    assert sorted(sup.wait_for(4)) == ["a1", "a2", "b1", "b2"]
+    assert wait_until(lambda: False, 0.2) is False
+    assert "nope" not in sup.records
+
+
+def test_rotation_finishes_the_old_file_then_reads_the_new_one(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append(log, "old 1\n")
+    _, sup = tail(pattern="*.log")
+    sup.wait_for(1)
+    # the writer appends, the file is rotated away, the writer finishes its last lines
+    # through its still-open handle, and a new file takes the name
+    with open(log, "a") as writer:
+        writer.write("old 2\n")
+        writer.flush()
+        os.rename(log, tmp_path / "logs" / "app.log.1")
+        writer.write("old 3\nold unterminated")
+    append(log, "new 1\n")
+    records = sup.wait_for(5)
+    assert sorted(records) == ["new 1", "old 1", "old 2", "old 3", "old unterminated"]
+    assert records.index("old 3") < records.index("old unterminated")
+    # the old inode is forgotten once finished; the new one is followed
+    assert wait_until(lambda: len(saved_offsets(sup.receiver)) == 1, 5)
+
+
+def test_deleted_rotated_file_is_finished_through_its_open_handle(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append(log, "a\n")
+    _, sup = tail()
+    sup.wait_for(1)
+    with open(log, "a") as writer:
+        os.unlink(log)
+        writer.write("b\nc\n")
+    assert sup.wait_for(3) == ["a", "b", "c"]
+
+
+def test_truncation_restarts_at_zero_and_is_reported(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append(log, "first line\nsecond line\n")
+    _, sup = tail()
+    sup.wait_for(2)
+    with open(log, "w") as f:  # copytruncate
+        f.write("x\n")
+    assert sup.wait_for(3)[-1] == "x"
+    errors = sup.wait_for_errors(1)
+    assert "truncated" in errors[0]
+
+
+def test_restart_resumes_after_the_last_stored_line(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    log = directory / "app.log"
+    append(log, "".join(f"line {i}\n" for i in range(100)))
+    first = FileTailReceiver(str(directory), **FAST)
+    sup = HarnessSupervisor(first).start()
+    sup.wait_for(100)
+    sup.shutdown()
+    append(log, "".join(f"line {i}\n" for i in range(100, 150)))
+    # a new receiver object, as after a restart on another executor
+    second = FileTailReceiver(str(directory), **FAST)
+    sup2 = HarnessSupervisor(second).start()
+    try:
+        assert sup2.wait_for(50) == [f"line {i}" for i in range(100, 150)]
+        assert wait_until(lambda: False, 0.2) is False
+        assert len(sup2.records) == 50  # no duplicates, no gap
+    finally:
+        sup2.shutdown()
+
+
+def test_a_failed_store_saves_no_offset_and_the_lines_come_again(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    append(directory / "app.log", "a\nb\n")
+    receiver = FileTailReceiver(str(directory), **FAST)
+    sup = HarnessSupervisor(receiver)
+    sup.fail_stores = OSError("driver unreachable")
+    sup.start()
+    assert wait_until(lambda: sup.restarts, 5)
+    assert not os.path.exists(receiver.offsets_path)
+    sup.fail_stores = None
+    try:
+        assert sup.wait_for(2) == ["a", "b"]
+    finally:
+        sup.shutdown()
+
+
+def test_start_at_end_skips_what_is_there_on_the_first_start(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append(log, "old\n")
+    _, sup = tail(start_at="end")
+    assert wait_until(lambda: os.path.exists(_offsets(sup)), 5)
+    append(log, "new\n")
+    assert sup.wait_for(1) == ["new"]
+
+
+def test_overlong_lines_are_skipped_and_reported(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append(log, "short\n" + "x" * 5000 + "\nafter\n")
+    _, sup = tail(max_record_bytes=1000, max_batch_bytes=1000)
+    assert sup.wait_for(2) == ["short", "after"]
+    assert any("max_record_bytes" in e for e in sup.errors)
+
+
+def test_custom_offsets_dir(tmp_path, tail):
+    offsets = tmp_path / "offsets"
+    append(tmp_path / "logs" / "f", "1\n")
+    receiver, sup = tail(offsets_dir=str(offsets), offsets_name="mine.json")
+    sup.wait_for(1)
+    assert wait_until(lambda: (offsets / "mine.json").exists(), 5)
+    assert receiver.offsets_path == str(offsets / "mine.json")
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ConfigError, match="start_at"):
+        FileTailReceiver("/tmp", start_at="middle")
+    with pytest.raises(ConfigError, match="poll_interval_ms"):
+        FileTailReceiver("/tmp", poll_interval_ms=0)
+
+
+def saved_offsets(receiver: FileTailReceiver) -> list[int]:
+    with open(receiver.offsets_path) as f:
+        return [entry["offset"] for entry in json.load(f)["files"].values()]
+
+
+def _offsets(sup: HarnessSupervisor) -> str:
+    return sup.receiver.offsets_path  # type: ignore[attr-defined]
