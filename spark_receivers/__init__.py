@@ -8,6 +8,7 @@ from spark_receivers.config import StreamingConfig
 from spark_receivers.context import ContextState, StreamingContext, StreamingError
 from spark_receivers.driver.listener import (
     BatchInfo,
+    BlockLostInfo,
     OutputOperationInfo,
     ReceiverInfo,
     StreamingListener,
@@ -23,24 +24,37 @@ from spark_receivers.errors import (
 )
 from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.receiver import Receiver
-from spark_receivers.receivers.line_source import LineSource
-from spark_receivers.receivers.socket_text import SocketTextReceiver
+from spark_receivers.receivers import (
+    FileTailReceiver,
+    GeneratorReceiver,
+    HttpReceiver,
+    LineSource,
+    MqttReceiver,
+    RedisStreamReceiver,
+    SocketTextReceiver,
+)
 from spark_receivers.stream import DataFrameStream, ReceiverInputStream
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BatchInfo",
+    "BlockLostInfo",
     "BlockNotFoundError",
     "ConfigError",
     "ContextState",
     "DataFrameStream",
+    "FileTailReceiver",
+    "GeneratorReceiver",
+    "HttpReceiver",
     "LineSource",
+    "MqttReceiver",
     "OutputOperationInfo",
     "Receiver",
     "ReceiverError",
     "ReceiverInfo",
     "ReceiverInputStream",
+    "RedisStreamReceiver",
     "RpcError",
     "SocketTextReceiver",
     "SparkReceiversError",

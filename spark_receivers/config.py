@@ -25,6 +25,9 @@ from spark_receivers.errors import ConfigError
 UNLIMITED_RATE = 0
 """``receiver_max_rate`` value meaning "no limit" (Spark uses Long.MaxValue)."""
 
+RATE_ESTIMATORS = ("pid",)
+"""Names accepted by ``spark.streaming.backpressure.rateEstimator``."""
+
 
 def _key(spark_key: str, doc: str) -> Any:
     return field(metadata={"spark_key": spark_key, "doc": doc})
@@ -61,6 +64,21 @@ class StreamingConfig:
     backpressure_initial_rate: float = _key(
         "spark.streaming.backpressure.initialRate", "First rate with backpressure; 0 = max rate."
     )
+    backpressure_rate_estimator: str = _key(
+        "spark.streaming.backpressure.rateEstimator", "Rate estimator with backpressure: pid."
+    )
+    backpressure_pid_proportional: float = _key(
+        "spark.streaming.backpressure.pid.proportional", "PID gain on the current error (>= 0)."
+    )
+    backpressure_pid_integral: float = _key(
+        "spark.streaming.backpressure.pid.integral", "PID gain on the accumulated error (>= 0)."
+    )
+    backpressure_pid_derived: float = _key(
+        "spark.streaming.backpressure.pid.derived", "PID gain on the error's change (>= 0)."
+    )
+    backpressure_pid_min_rate: float = _key(
+        "spark.streaming.backpressure.pid.minRate", "Lowest rate the estimator sets (> 0)."
+    )
     graceful_stop_timeout_ms: int = _key(
         "spark.streaming.gracefulStopTimeout", "Max graceful stop time; 0 = 10 batch intervals."
     )
@@ -76,6 +94,54 @@ class StreamingConfig:
     receiver_drain_timeout_s: float = _key(
         "spark.streaming.receiver.drainTimeout",
         "After a receiver stops, how long its task serves blocks batches have not read.",
+    )
+    checkpoint_dir: str = _key(
+        "spark.streaming.checkpointDir",
+        "Checkpoint directory (path or URI); '' = none. Set by StreamingContext(checkpoint_dir=).",
+    )
+    receiver_wal_rolling_interval_s: float = _key(
+        "spark.streaming.receiver.writeAheadLog.rollingIntervalSecs",
+        "Time span of one receiver WAL segment file.",
+    )
+    receiver_wal_max_failures: int = _key(
+        "spark.streaming.receiver.writeAheadLog.maxFailures",
+        "Attempts (each on a fresh segment) before a receiver WAL write fails.",
+    )
+    receiver_wal_close_file_after_write: bool = _key(
+        "spark.streaming.receiver.writeAheadLog.closeFileAfterWrite",
+        "One object per record in the receiver WAL (needed on S3 and other object stores).",
+    )
+    receiver_wal_fsync: bool = _key(
+        "spark.streaming.receiver.writeAheadLog.fsync",
+        "fdatasync every receiver WAL record on a local filesystem before acknowledging it.",
+    )
+    driver_wal_rolling_interval_s: float = _key(
+        "spark.streaming.driver.writeAheadLog.rollingIntervalSecs",
+        "Time span of one driver WAL segment file.",
+    )
+    driver_wal_max_failures: int = _key(
+        "spark.streaming.driver.writeAheadLog.maxFailures",
+        "Attempts (each on a fresh segment) before a driver WAL write fails.",
+    )
+    driver_wal_close_file_after_write: bool = _key(
+        "spark.streaming.driver.writeAheadLog.closeFileAfterWrite",
+        "One object per record in the driver WAL (needed on S3 and other object stores).",
+    )
+    driver_wal_fsync: bool = _key(
+        "spark.streaming.driver.writeAheadLog.fsync",
+        "fdatasync every driver WAL record on a local filesystem before acknowledging it.",
+    )
+    driver_wal_allow_batching: bool = _key(
+        "spark.streaming.driver.writeAheadLog.allowBatching",
+        "Group concurrent driver WAL writes into one record (one fsync for many AddBlocks).",
+    )
+    driver_wal_batching_timeout_ms: int = _key(
+        "spark.streaming.driver.writeAheadLog.batchingTimeout",
+        "Max wait of one driver WAL write when batching.",
+    )
+    stop_gracefully_on_shutdown: bool = _key(
+        "spark.streaming.stopGracefullyOnShutdown",
+        "On SIGTERM, stop the StreamingContext gracefully (received == processed).",
     )
 
     # The dataclass defaults live here, once, so that `from_spark_conf` and the
@@ -101,11 +167,35 @@ class StreamingConfig:
         _positive(self, "block_store_timeout_s")
         _bool(self, "backpressure_enabled")
         _non_negative(self, "backpressure_initial_rate")
+        if self.backpressure_rate_estimator not in RATE_ESTIMATORS:
+            msg = (
+                f"{_describe(self, 'backpressure_rate_estimator')} must be one of "
+                f"{', '.join(RATE_ESTIMATORS)}; got {self.backpressure_rate_estimator!r}"
+            )
+            raise ConfigError(msg)
+        _non_negative(self, "backpressure_pid_proportional")
+        _non_negative(self, "backpressure_pid_integral")
+        _non_negative(self, "backpressure_pid_derived")
+        _positive(self, "backpressure_pid_min_rate")
         _non_negative(self, "graceful_stop_timeout_ms", integral=True)
         _positive_int(self, "concurrent_jobs")
         _positive(self, "receiver_stop_timeout_s")
         _positive_int(self, "max_message_bytes")
         _positive(self, "receiver_drain_timeout_s")
+        if not isinstance(self.checkpoint_dir, str):
+            msg = (
+                f"{_describe(self, 'checkpoint_dir')} must be a path or URI string ('' for "
+                f"none), got {self.checkpoint_dir!r}"
+            )
+            raise ConfigError(msg)
+        for side in ("receiver", "driver"):
+            _positive(self, f"{side}_wal_rolling_interval_s")
+            _positive_int(self, f"{side}_wal_max_failures")
+            _bool(self, f"{side}_wal_close_file_after_write")
+            _bool(self, f"{side}_wal_fsync")
+        _bool(self, "driver_wal_allow_batching")
+        _positive_int(self, "driver_wal_batching_timeout_ms")
+        _bool(self, "stop_gracefully_on_shutdown")
 
     def replace(self, **changes: Any) -> StreamingConfig:
         """Return a copy with ``changes`` applied (and validated)."""
@@ -153,11 +243,28 @@ _DEFAULTS: dict[str, Any] = {
     "block_store_timeout_s": 30.0,
     "backpressure_enabled": False,
     "backpressure_initial_rate": 0.0,
+    "backpressure_rate_estimator": "pid",
+    "backpressure_pid_proportional": 1.0,
+    "backpressure_pid_integral": 0.2,
+    "backpressure_pid_derived": 0.0,
+    "backpressure_pid_min_rate": 100.0,
     "graceful_stop_timeout_ms": 0,
     "concurrent_jobs": 1,
     "receiver_stop_timeout_s": 10.0,
     "max_message_bytes": 4 * 1024 * 1024,
     "receiver_drain_timeout_s": 120.0,
+    "checkpoint_dir": "",
+    "receiver_wal_rolling_interval_s": 60.0,
+    "receiver_wal_max_failures": 3,
+    "receiver_wal_close_file_after_write": False,
+    "receiver_wal_fsync": True,
+    "driver_wal_rolling_interval_s": 60.0,
+    "driver_wal_max_failures": 3,
+    "driver_wal_close_file_after_write": False,
+    "driver_wal_fsync": True,
+    "driver_wal_allow_batching": True,
+    "driver_wal_batching_timeout_ms": 5000,
+    "stop_gracefully_on_shutdown": False,
 }
 
 _UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
@@ -175,6 +282,8 @@ def _parse_duration(spark_key: str, raw: str, default_unit: str, out_unit: str) 
 
 def _parse_spark_value(name: str, spark_key: str, raw: str) -> Any:
     default = _DEFAULTS[name]
+    if isinstance(default, str):
+        return raw.strip()
     if name.endswith("_ms"):
         return int(_parse_duration(spark_key, raw, "ms", "ms"))
     if name.endswith("_s"):

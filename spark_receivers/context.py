@@ -4,23 +4,38 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import re
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
+from spark_receivers.driver import tracker_commands
+from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.job_generator import JobGenerator, OutputOperation
-from spark_receivers.driver.listener import BatchInfo, ListenerBus, StreamingListener
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.listener import (
+    BatchInfo,
+    BlockLostInfo,
+    ListenerBus,
+    StreamingListener,
+)
+from spark_receivers.driver.rate_controller import RateController
+from spark_receivers.driver.rate_estimator import create_rate_estimator
+from spark_receivers.driver.received_block_tracker import (
+    ReceivedBlockTracker,
+    create_driver_wal,
+)
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
-from spark_receivers.errors import ConfigError, SparkReceiversError, StateError
+from spark_receivers.errors import CheckpointError, ConfigError, SparkReceiversError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.transport import local_bind_host
 from spark_receivers.spark import block_source
+from spark_receivers.spark.block_fetch import LOST_BLOCK_RE
 from spark_receivers.stream import BatchFunction, DataFrameStream, ReceiverInputStream
 from spark_receivers.util.clock import Clock, SystemClock
 
@@ -28,6 +43,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+
+WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 
 
 class ContextState(enum.Enum):
@@ -55,6 +72,15 @@ class StreamingContext:
         ssc.stop(graceful=True)
 
     ``config`` overrides the ``spark.streaming.*`` keys read from the Spark conf.
+
+    With ``checkpoint_dir`` (a local path or a ``pyarrow.fs`` URI) the driver logs
+    its block events to ``<checkpoint_dir>/receivedBlockMetadata``; with
+    ``receiver_wal_enabled`` too, receivers log every block to
+    ``<checkpoint_dir>/receivedData/<stream_id>`` and batches read blocks whose
+    receiver is gone from there. A checkpoint of the batches is written there
+    after every batch; :meth:`get_or_create` restarts from it after a driver
+    failure. ``start()`` on a context not made by ``get_or_create`` starts
+    afresh: it drops the driver WAL events of an earlier run.
     """
 
     def __init__(
@@ -74,15 +100,10 @@ class StreamingContext:
             raise ConfigError(msg)
         self.spark = spark
         self.batch_interval_ms = batch_interval_ms
-        self.checkpoint_dir = checkpoint_dir
         conf = dict(spark.sparkContext.getConf().getAll())
         self.config = config or StreamingConfig.from_spark_conf(conf)
-        if self.config.receiver_wal_enabled and not checkpoint_dir:
-            msg = (
-                "Cannot enable receiver write-ahead log without checkpoint directory set: "
-                "pass checkpoint_dir=... to StreamingContext"
-            )
-            raise ConfigError(msg)
+        self.checkpoint_dir: str | None = None
+        self._use_checkpoint_dir(checkpoint_dir or self.config.checkpoint_dir or None)
         self._spark_conf = conf
         self._clock = clock or SystemClock()
         self._streams: list[ReceiverInputStream] = []
@@ -98,7 +119,92 @@ class StreamingContext:
         self.receiver_tracker: ReceiverTracker | None = None
         self.block_tracker: ReceivedBlockTracker | None = None
         self.job_generator: JobGenerator | None = None
+        self._recovery: Checkpoint | None = None
+        self._checkpoints: CheckpointStore | None = None
+        self._previous_sigterm: Any = None
+        self.rate_controllers: dict[int, RateController] = {}
+        """Per stream id, with ``backpressure_enabled``: its latest rate and history."""
         self._bus.add(_ProgressListener(self))
+
+    def _use_checkpoint_dir(self, checkpoint_dir: str | None) -> None:
+        if checkpoint_dir and self.config.checkpoint_dir != checkpoint_dir:
+            # Receivers learn the checkpoint directory through the config they are sent.
+            self.config = self.config.replace(checkpoint_dir=checkpoint_dir)
+        self.checkpoint_dir = checkpoint_dir
+        if self.config.receiver_wal_enabled and not checkpoint_dir:
+            msg = (
+                "Cannot enable receiver write-ahead log without checkpoint directory set: "
+                "pass checkpoint_dir=... to StreamingContext"
+            )
+            raise ConfigError(msg)
+
+    @classmethod
+    def get_or_create(
+        cls,
+        checkpoint_dir: str,
+        create_fn: Callable[[], StreamingContext],
+        create_on_error: bool = False,
+    ) -> StreamingContext:
+        """Build a context with ``create_fn`` and, if a checkpoint exists, restart from it.
+
+        Python pipelines are code, so the context is always built by
+        ``create_fn`` (receivers, transforms, outputs); what is recovered is the
+        batch state: on ``start()`` the driver WAL is replayed, batches that were
+        allocated but not completed run again with the same blocks (read from
+        the receiver WAL), the batches of the down time run, the receivers are
+        relaunched and batches continue on the grid. Without a checkpoint this
+        is a fresh start. A corrupt checkpoint raises :class:`CheckpointError`,
+        or, with ``create_on_error=True``, is moved aside for a fresh start.
+
+        Example::
+
+            def create():
+                ssc = StreamingContext(spark, 1000, checkpoint_dir=path)
+                ssc.receiver_stream(MyReceiver()).foreach_batch(write_batch)
+                return ssc
+
+            ssc = StreamingContext.get_or_create(path, create)
+            ssc.start()
+        """
+        store = CheckpointStore(checkpoint_dir)
+        try:
+            checkpoint = store.read()
+        except CheckpointError:
+            if not create_on_error:
+                raise
+            moved = store.quarantine()
+            log.warning(
+                "corrupt checkpoint in %s moved to %s; starting afresh", checkpoint_dir, moved
+            )
+            checkpoint = None
+        ssc = create_fn()
+        if not isinstance(ssc, StreamingContext):
+            msg = f"create_fn must return a StreamingContext, got {type(ssc).__name__}"
+            raise TypeError(msg)
+        ssc._require(ContextState.INITIALIZED, "recover from a checkpoint")
+        if ssc.checkpoint_dir != checkpoint_dir:
+            ssc._use_checkpoint_dir(checkpoint_dir)
+        if checkpoint is not None:
+            if checkpoint.batch_interval_ms != ssc.batch_interval_ms:
+                msg = (
+                    f"the checkpoint in {checkpoint_dir} has batch_interval_ms="
+                    f"{checkpoint.batch_interval_ms} but create_fn made {ssc.batch_interval_ms}; "
+                    "keep the interval, or delete the checkpoint directory to start afresh"
+                )
+                raise ConfigError(msg)
+            log.info(
+                "recovering from %s: last completed batch %d, pending %s",
+                store.path,
+                checkpoint.last_completed_batch_ms,
+                list(checkpoint.pending_batch_ms),
+            )
+        ssc._recovery = checkpoint
+        return ssc
+
+    @property
+    def recovered_from_checkpoint(self) -> bool:
+        """True when this context restarts from a checkpoint (see :meth:`get_or_create`)."""
+        return self._recovery is not None
 
     # --- building -------------------------------------------------------------
 
@@ -149,7 +255,7 @@ class StreamingContext:
             self._check_cores()
             block_source.register(self.spark)
             stream_ids = [s.stream_id for s in self._streams]
-            self.block_tracker = ReceivedBlockTracker(stream_ids, clock=self._clock)
+            self.block_tracker = self._create_block_tracker(stream_ids)
             self._bus.start()
             self.receiver_tracker = ReceiverTracker(
                 self.spark,
@@ -161,6 +267,10 @@ class StreamingContext:
                 self._bus,
                 self._clock,
             )
+            if self.config.backpressure_enabled:
+                self._start_rate_controllers()
+            if self.checkpoint_dir:
+                self._checkpoints = CheckpointStore(self.checkpoint_dir)
             self.job_generator = JobGenerator(
                 self.spark.sparkContext,
                 self.batch_interval_ms,
@@ -172,11 +282,27 @@ class StreamingContext:
                 self.config.concurrent_jobs,
                 self._on_batch_error,
                 self._forget_batch,
+                self._clean_receivers if self.config.receiver_wal_enabled else None,
+                self._write_checkpoint if self._checkpoints is not None else None,
             )
-            self.receiver_tracker.start()
-            self.job_generator.start()
-            self._state = ContextState.ACTIVE
+            if self._checkpoints is not None and self._recovery is None:
+                self._write_checkpoint(-1, [])
+            # First on the bus, before any receiver can register.
             self._bus.post("on_streaming_started", self._clock.get_time_ms())
+            if self._recovery is not None:
+                # Recovered and down-time batches are allocated before any receiver
+                # runs again, so they hold exactly what was logged before the crash.
+                self.job_generator.start(self._recovery)
+                self.receiver_tracker.start()
+            else:
+                self.receiver_tracker.start()
+                self.job_generator.start()
+            self._state = ContextState.ACTIVE
+            if self.config.stop_gracefully_on_shutdown:
+                self._install_sigterm_handler()
+            threading.Thread(
+                target=self._warm_up_block_reader, name="block-reader-warm-up", daemon=True
+            ).start()
         log.info("streaming context started with %d receiver(s)", len(self._streams))
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
@@ -204,14 +330,124 @@ class StreamingContext:
             assert self.receiver_tracker is not None and self.job_generator is not None
             assert self.block_tracker is not None
             timeout_ms = self.config.graceful_stop_timeout_ms or 10 * self.batch_interval_ms
+            self.spark.sparkContext.cancelJobGroup(WARM_UP_JOB_GROUP)
             self.receiver_tracker.stop(graceful)
             self.job_generator.stop(graceful, timeout_ms)
             self.block_tracker.stop()
             self._bus.stop()
+            for controller in self.rate_controllers.values():
+                controller.stop()
+        self._restore_sigterm_handler()
         self._terminated.set()
         if stop_spark:
             self.spark.stop()
         log.info("streaming context stopped (graceful=%s)", graceful)
+
+    def _warm_up_block_reader(self) -> None:
+        """Start the block reader's Python workers before the first batch needs them."""
+        sc = self.spark.sparkContext
+        try:
+            sc.setJobGroup(WARM_UP_JOB_GROUP, "spark-receivers: warm up the block reader", True)
+            block_source.warm_up(self.spark, max(1, sc.defaultParallelism - len(self._streams)))
+        except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
+            log.debug("block reader warm-up did not finish: %s", e)
+
+    # --- backpressure -------------------------------------------------------------
+
+    def _start_rate_controllers(self) -> None:
+        """One RateController per stream, fed by the listener bus (Spark's backpressure)."""
+        cfg = self.config
+        for stream in self._streams:
+            estimator = create_rate_estimator(
+                cfg.backpressure_rate_estimator,
+                self.batch_interval_ms,
+                cfg.backpressure_pid_proportional,
+                cfg.backpressure_pid_integral,
+                cfg.backpressure_pid_derived,
+                cfg.backpressure_pid_min_rate,
+            )
+            controller = RateController(
+                stream.stream_id, estimator, self._publish_rate, cfg.max_rate_or_none
+            )
+            self.rate_controllers[stream.stream_id] = controller
+            self._bus.add(controller)
+
+    def _publish_rate(self, stream_id: int, rate: float) -> None:
+        tracker = self.receiver_tracker
+        if tracker is not None and self._state is not ContextState.STOPPED:
+            tracker.update_rate_limit(stream_id, rate)
+
+    # --- write-ahead logs ---------------------------------------------------------
+
+    def _create_block_tracker(self, stream_ids: list[int]) -> ReceivedBlockTracker:
+        if not self.checkpoint_dir:
+            return ReceivedBlockTracker(stream_ids, clock=self._clock)
+        wal = create_driver_wal(self.checkpoint_dir, self.config, self._clock)
+        if self._recovery is not None:
+            return ReceivedBlockTracker(stream_ids, wal, self._clock, recover=True)
+        # A fresh start must not later replay the events of an older run: drop them.
+        wal.clean(2**62, wait=True)
+        return ReceivedBlockTracker(stream_ids, wal, self._clock)
+
+    def _write_checkpoint(self, last_completed_ms: int, pending_ms: list[int]) -> None:
+        assert self._checkpoints is not None
+        self._checkpoints.write(
+            Checkpoint(
+                batch_interval_ms=self.batch_interval_ms,
+                last_completed_batch_ms=last_completed_ms,
+                pending_batch_ms=tuple(pending_ms),
+                checkpoint_time_ms=self._clock.get_time_ms(),
+                config=self.config.as_dict(),
+            )
+        )
+
+    # --- shutdown hook ----------------------------------------------------------------
+
+    def _install_sigterm_handler(self) -> None:
+        """On SIGTERM stop gracefully; once stopped, SIGTERM does what it did before."""
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("stop_gracefully_on_shutdown needs start() on the main thread; ignored")
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self._state is ContextState.STOPPED:
+                # Stopped already: behave as without us (signal.signal only works on
+                # the main thread, which is where handlers run, so restore here).
+                signal.signal(signal.SIGTERM, previous)
+                if callable(previous):
+                    previous(signum, frame)
+                elif previous == signal.SIG_DFL:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+            log.warning("SIGTERM: stopping the streaming context gracefully")
+            # Never block inside a signal handler: stop on a thread of its own.
+            threading.Thread(
+                target=self.stop, kwargs={"graceful": True}, name="streaming-shutdown"
+            ).start()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        self._previous_sigterm = previous
+
+    def _restore_sigterm_handler(self) -> None:
+        previous, self._previous_sigterm = self._previous_sigterm, None
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+    def _clean_receivers(self, batch_time_ms: int) -> None:
+        """Tell receivers to delete WAL segments no batch can need any more.
+
+        The threshold is the oldest ``generated_ms`` of a block the driver still
+        tracks (receivers stamp WAL records no earlier than that, in their own
+        clock), capped at one batch interval before the completed batch.
+        """
+        assert self.block_tracker is not None and self.receiver_tracker is not None
+        threshold = batch_time_ms - self.batch_interval_ms
+        oldest = self.block_tracker.oldest_generated_ms_in_use()
+        if oldest is not None:
+            threshold = min(threshold, oldest)
+        if threshold > 0:
+            self.receiver_tracker.run(tracker_commands.CleanupOldBlocks(threshold))
 
     # --- batches ----------------------------------------------------------------
 
@@ -224,7 +460,9 @@ class StreamingContext:
             stream_blocks = blocks.get(stream.stream_id, [])
             if stream_blocks:
                 schema = from_arrow_schema(stream.receiver.schema)
-                df = block_source.blocks_dataframe(self.spark, stream_blocks, schema, self._secret)
+                df = block_source.blocks_dataframe(
+                    self.spark, stream_blocks, schema, self._secret, self.checkpoint_dir
+                )
             else:
                 df = self._empty_dataframe(stream)
             stream._set_batch(batch_time_ms, df)
@@ -249,6 +487,7 @@ class StreamingContext:
             stream._forget(batch_time_ms)
 
     def _on_batch_error(self, batch_time_ms: int, error: BaseException) -> None:
+        self._report_lost_blocks(batch_time_ms, error)
         with self._lock:
             if self._error is None:
                 self._error = error
@@ -256,6 +495,34 @@ class StreamingContext:
         threading.Thread(
             target=self.stop, kwargs={"graceful": False}, name="streaming-stop", daemon=True
         ).start()
+
+    def _report_lost_blocks(self, batch_time_ms: int, error: BaseException) -> None:
+        # Spark wraps the reader's BlockNotFoundError (maybe several times): find the
+        # blocks it names in the whole text of the error and its causes.
+        texts: list[str] = []
+        cause: BaseException | None = error
+        while cause is not None and len(texts) < 10:
+            texts.append(str(cause))
+            cause = cause.__cause__ or cause.__context__
+        seen: set[str] = set()
+        for match in LOST_BLOCK_RE.finditer("\n".join(texts)):
+            block_id, stream_id, records = match.group(1), int(match.group(2)), int(match.group(3))
+            if block_id in seen:
+                continue
+            seen.add(block_id)
+            end = match.string.find("\n", match.start())
+            reason = match.string[match.start() : end if end >= 0 else None]
+            log.error(
+                "batch %d lost block %s of stream %d (%d records)",
+                batch_time_ms,
+                block_id,
+                stream_id,
+                records,
+            )
+            self._bus.post(
+                "on_block_lost",
+                BlockLostInfo(batch_time_ms, stream_id, block_id, records, reason),
+            )
 
     # --- progress ----------------------------------------------------------------
 

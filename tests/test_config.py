@@ -18,6 +18,9 @@ def test_defaults_follow_spark():
     assert cfg.block_store_timeout_s == 30.0
     assert cfg.backpressure_enabled is False
     assert cfg.concurrent_jobs == 1
+    assert (cfg.backpressure_rate_estimator, cfg.backpressure_pid_min_rate) == ("pid", 100.0)
+    assert cfg.backpressure_pid_proportional == 1.0
+    assert (cfg.backpressure_pid_integral, cfg.backpressure_pid_derived) == (0.2, 0.0)
 
 
 def test_read_from_spark_conf_with_units():
@@ -51,6 +54,16 @@ def test_read_from_spark_conf_with_units():
         ({"receiver_wal_enabled": "yes"}, "must be True or False, got 'yes'"),
         ({"concurrent_jobs": 1.5}, "concurrent_jobs"),
         ({"no_such_key": 1}, "unknown StreamingConfig key"),
+        (
+            {"backpressure_rate_estimator": "pi"},
+            r"spark.streaming.backpressure.rateEstimator\) must be one of pid; got 'pi'",
+        ),
+        (
+            {"backpressure_pid_integral": -0.1},
+            r"backpressure_pid_integral \(spark.streaming.backpressure.pid.integral\) "
+            r"must be >= 0, got -0.1",
+        ),
+        ({"backpressure_pid_min_rate": 0}, "spark.streaming.backpressure.pid.minRate"),
     ],
 )
 def test_bad_values_name_key_and_value(kwargs, message):

@@ -8,6 +8,15 @@ from the receivers' stores and the block tracker forgets it.
 
 Threads: the timer thread allocates and queues; batch threads run the user's
 output operations (which submit Spark jobs); listener events go to the bus.
+
+Checkpoints (when a ``checkpoint`` callback is given) are written after every
+batch is generated and after every batch completes, before its cleanup, so a
+recovered driver never takes a completed batch for pending nor cleans what a
+pending batch needs. :meth:`JobGenerator.start` with a checkpoint restarts as
+Spark's JobGenerator does: the batches that were pending and those that were
+allocated but not completed run again (allocation is a no-op for them, so they
+keep their logged blocks), then the batches of the down time, then the timer
+continues on the grid.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from spark_receivers.driver.checkpoint import Checkpoint
 from spark_receivers.driver.listener import BatchInfo, ListenerBus, OutputOperationInfo
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.rpc.messages import ReceivedBlockInfo
@@ -59,6 +69,8 @@ class JobGenerator:
         concurrent_jobs: int = 1,
         on_batch_error: Callable[[int, BaseException], None] | None = None,
         after_batch: Callable[[int], None] | None = None,
+        clean_receivers: Callable[[int], None] | None = None,
+        checkpoint: Callable[[int, list[int]], None] | None = None,
     ) -> None:
         self._sc = sc
         self.batch_interval_ms = batch_interval_ms
@@ -69,6 +81,10 @@ class JobGenerator:
         self._clock = clock
         self._on_batch_error = on_batch_error
         self._after_batch = after_batch
+        self._clean_receivers = clean_receivers
+        self._checkpoint = checkpoint
+        self._checkpoint_lock = threading.Lock()
+        self.recovered_batches: list[int] = []
         self._timer = RecurringTimer(clock, batch_interval_ms, self._generate, "job-generator")
         self._executor = ThreadPoolExecutor(concurrent_jobs, thread_name_prefix="streaming-batch")
         self._lock = threading.Condition()
@@ -83,9 +99,52 @@ class JobGenerator:
         """The newest batch time whose processing completed (-1 before any)."""
         return self._last_completed_ms
 
-    def start(self) -> int:
-        """Start the timer; return the first batch time (on the batch grid)."""
-        return self._timer.start()
+    def start(self, recovery: Checkpoint | None = None) -> int:
+        """Start the timer; return the first batch time (on the batch grid).
+
+        With ``recovery`` (a checkpoint read back by ``get_or_create``) first
+        queue the batches to run again and those of the down time (see the
+        module doc); the timer then starts at the first grid time after now.
+        """
+        if recovery is None:
+            return self._timer.start()
+        interval = self.batch_interval_ms
+        now = self._clock.get_time_ms()
+        restart_ms = (now // interval + 1) * interval
+        last_completed = recovery.last_completed_batch_ms
+        self._last_completed_ms = last_completed
+        allocated = self._block_tracker.allocated_batch_times()
+        rerun = {t for t in recovery.pending_batch_ms if t > last_completed}
+        rerun.update(t for t in allocated if t > last_completed)
+        # Every grid time after the newest batch the checkpoint or the WAL knows.
+        known = max([last_completed, *recovery.pending_batch_ms, *allocated])
+        if known < 0:  # no batch ever ran: the down time starts at the checkpoint
+            known = recovery.checkpoint_time_ms // interval * interval
+        first_down = (known // interval + 1) * interval
+        down = list(range(first_down, restart_ms, interval))
+        times = sorted(rerun | set(down))
+        log.info(
+            "restarting batches: %d to run again %s, %d for the down time, timer from %d",
+            len(rerun),
+            sorted(rerun),
+            len(down),
+            restart_ms,
+        )
+        self.recovered_batches = times
+        for t in times:
+            self._generate(t)
+        return self._timer.start(restart_ms)
+
+    def _write_checkpoint(self) -> None:
+        if self._checkpoint is None:
+            return
+        with self._checkpoint_lock:
+            with self._lock:
+                last, pending = self._last_completed_ms, sorted(self._pending)
+            try:
+                self._checkpoint(last, pending)
+            except Exception:
+                log.exception("could not write the checkpoint (last completed batch %d)", last)
 
     def _generate(self, batch_time_ms: int) -> None:
         try:
@@ -102,6 +161,7 @@ class JobGenerator:
         self._bus.post("on_batch_submitted", info)
         with self._lock:
             self._pending[batch_time_ms] = self._executor.submit(self._run_batch, info, blocks)
+        self._write_checkpoint()
 
     def _run_batch(self, info: BatchInfo, blocks: dict[int, list[ReceivedBlockInfo]]) -> None:
         t = info.batch_time_ms
@@ -157,10 +217,17 @@ class JobGenerator:
             self._after_batch(t)
         self._bus.post("on_batch_completed", info)
         if succeeded:
+            # Checkpoint first: cleanup must never run ahead of what a restart knows.
+            self._write_checkpoint()
             all_blocks = [b for bs in blocks.values() for b in bs]
             if all_blocks:
                 self._remove_blocks(all_blocks)
             self._block_tracker.cleanup_old_batches(threshold)
+            if self._clean_receivers is not None:
+                try:
+                    self._clean_receivers(t)
+                except Exception:
+                    log.exception("could not clean the receivers' WALs after batch %d", t)
 
     def pending_batches(self) -> list[int]:
         """Times of the batches queued or running."""

@@ -86,6 +86,21 @@ class BatchInfo:
         return None if s is None or p is None else s + p
 
 
+@dataclass(frozen=True)
+class BlockLostInfo:
+    """A block a batch needed could be read neither from its store nor from a WAL.
+
+    Without the receiver WAL this happens when a receiver's task or executor
+    dies before the batches holding its blocks ran; the batch then fails.
+    """
+
+    batch_time_ms: int
+    stream_id: int
+    block_id: str
+    num_records: int
+    reason: str
+
+
 class StreamingListener:
     """Receives the events of a streaming context; every method is a no-op by default.
 
@@ -118,6 +133,9 @@ class StreamingListener:
 
     def on_output_operation_completed(self, info: OutputOperationInfo) -> None:
         """An output operation ended (``failure_reason`` set if it failed)."""
+
+    def on_block_lost(self, info: BlockLostInfo) -> None:
+        """A batch could not read a block (see :class:`BlockLostInfo`); the batch failed."""
 
 
 class ListenerBus:

@@ -42,7 +42,7 @@ from spark_receivers.driver.scheduling_policy import (
     ReceiverTrackingInfo,
     TaskLocation,
 )
-from spark_receivers.errors import RpcError, StateError
+from spark_receivers.errors import RpcError, StateError, WriteAheadLogError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
@@ -380,6 +380,8 @@ class ReceiverTracker:
         if info.num_records < 0 or info.size_bytes < 0:
             msg = f"block {info.block_id} has a negative record count or size"
             raise RpcError(msg)
+        if info.wal_handle is not None:
+            self._check_wal_handle(info)
         ok = self._block_tracker.add_block(info)
         if ok:
             with self._lock:
@@ -387,6 +389,27 @@ class ReceiverTracker:
                 r.records += info.num_records
                 r.blocks += 1
         return ok
+
+    def _check_wal_handle(self, info: m.ReceivedBlockInfo) -> None:
+        """Refuse a WAL handle outside ``<checkpoint_dir>/receivedData/<stream id>``.
+
+        Batch readers open the file a handle names: one from the network must not
+        point anywhere else (``..``, another stream, another directory).
+        """
+        from spark_receivers.receiver.block_handler import received_data_dir, resolve_checkpoint
+        from spark_receivers.wal.base import RecordHandle, confine_handle
+
+        cfg = self._config
+        if not (cfg.receiver_wal_enabled and cfg.checkpoint_dir):
+            msg = f"block {info.block_id} has a WAL handle but the receiver WAL is not enabled"
+            raise RpcError(msg)
+        try:
+            handle = RecordHandle.from_dict(info.wal_handle or {})
+            _, root = resolve_checkpoint(received_data_dir(cfg.checkpoint_dir, info.stream_id))
+            confine_handle(handle, root)
+        except WriteAheadLogError as e:
+            msg = f"block {info.block_id} has a bad WAL handle: {e}"
+            raise RpcError(msg) from None
 
     def _register(self, msg_: m.RegisterReceiver) -> bool:
         self._known(msg_.stream_id)

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pyarrow as pa
+
 from spark_receivers.errors import StateError
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.rpc.messages import StreamBlockId
@@ -45,11 +47,23 @@ class BlockGeneratorState(enum.Enum):
 
 @dataclass(frozen=True)
 class Block:
-    """Records cut from a generator's buffer: ``records`` is a plain list."""
+    """What was cut from a generator's buffer, in the order it was added.
+
+    ``parts`` holds lists of records (added with ``add_data``/``add_many``) and
+    Arrow tables (added with ``add_table``).
+    """
 
     block_id: StreamBlockId
-    records: list[Any]
+    parts: tuple[list[Any] | pa.Table, ...]
     generated_ms: int
+
+    @property
+    def records(self) -> list[Any]:
+        """Every record as a Python value (tables as dicts of their rows)."""
+        out: list[Any] = []
+        for part in self.parts:
+            out.extend(part.to_pylist() if isinstance(part, pa.Table) else part)
+        return out
 
 
 class BlockGeneratorListener(Protocol):
@@ -107,7 +121,10 @@ class BlockGenerator:
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._buffer: list[Any] = []
+        self._parts: list[list[Any] | pa.Table] = []
         self._waiting_for_room = False
+        # True while ACTIVE and not waiting for room: the one flag adds check.
+        self._open = False
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=block_queue_size)
         self._timer = RecurringTimer(
             self._clock, block_interval_ms, self._cut_block, f"{name}-timer"
@@ -135,6 +152,7 @@ class BlockGenerator:
                 msg = f"cannot start BlockGenerator {self._name} in state {self._state.name}"
                 raise StateError(msg)
             self._state = BlockGeneratorState.ACTIVE
+            self._open = True
         self._timer.start()
         self._pusher.start()
 
@@ -149,6 +167,7 @@ class BlockGenerator:
                     self._state = BlockGeneratorState.STOPPED_ALL
                 return
             self._state = BlockGeneratorState.STOPPED_ADDING_DATA
+            self._open = False
             self._room.notify_all()
         self._timer.stop(final_tick=True)
         with self._lock:
@@ -161,13 +180,11 @@ class BlockGenerator:
 
     def add_data(self, record: Any) -> None:
         """Add one record to the current buffer (blocks under rate limit or a full queue)."""
-        if self.rate_limiter.rate is not None:
+        if self.rate_limiter.limited:
             self.rate_limiter.acquire(1, self._interrupt)
         with self._lock:
-            while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
-                self._room.wait()
-            if self._state is not BlockGeneratorState.ACTIVE:
-                self._not_active()
+            if not self._open:
+                self._wait_until_open()
             self._buffer.append(record)
 
     def add_many(self, records: Iterable[Any]) -> int:
@@ -176,31 +193,50 @@ class BlockGenerator:
         n = len(items)
         if n == 0:
             return 0
-        if self.rate_limiter.rate is not None:
+        if self.rate_limiter.limited:
             self.rate_limiter.acquire(n, self._interrupt)
         with self._lock:
-            while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
-                self._room.wait()
-            if self._state is not BlockGeneratorState.ACTIVE:
-                self._not_active()
+            if not self._open:
+                self._wait_until_open()
             self._buffer.extend(items)
+        return n
+
+    def add_table(self, table: pa.Table) -> int:
+        """Add an Arrow table's rows (kept as Arrow: the cut concatenates without copying)."""
+        n = table.num_rows
+        if n == 0:
+            return 0
+        if self.rate_limiter.limited:
+            self.rate_limiter.acquire(n, self._interrupt)
+        with self._lock:
+            if not self._open:
+                self._wait_until_open()
+            if self._buffer:
+                self._parts.append(self._buffer)
+                self._buffer = []
+            self._parts.append(table)
         return n
 
     def add_data_with_callback(self, record: Any, metadata: Any) -> None:
         """Add one record and call ``on_add_data(record, metadata)`` under the lock."""
-        if self.rate_limiter.rate is not None:
+        if self.rate_limiter.limited:
             self.rate_limiter.acquire(1, self._interrupt)
         with self._lock:
-            while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
-                self._room.wait()
-            if self._state is not BlockGeneratorState.ACTIVE:
-                self._not_active()
+            if not self._open:
+                self._wait_until_open()
             self._buffer.append(record)
             self._listener.on_add_data(record, metadata)
 
     def update_rate(self, rate: float) -> None:
         """Change the rate limit (ignored when ≤ 0; capped at the max rate)."""
         self.rate_limiter.update_rate(rate)
+
+    def _wait_until_open(self) -> None:
+        """Under the lock: wait while a cut block waits for room; raise unless ACTIVE."""
+        while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
+            self._room.wait()
+        if self._state is not BlockGeneratorState.ACTIVE:
+            self._not_active()
 
     def _not_active(self) -> None:
         msg = (
@@ -213,8 +249,11 @@ class BlockGenerator:
         block = None
         with self._lock:
             if self._buffer:
-                records, self._buffer = self._buffer, []
-                block = Block(self._next_block_id(), records, time_ms - self.block_interval_ms)
+                self._parts.append(self._buffer)
+                self._buffer = []
+            if self._parts:
+                parts, self._parts = tuple(self._parts), []
+                block = Block(self._next_block_id(), parts, time_ms - self.block_interval_ms)
                 self._listener.on_generate_block(block.block_id)
         if block is None:
             return
@@ -223,9 +262,11 @@ class BlockGenerator:
         except queue.Full:
             with self._lock:
                 self._waiting_for_room = True
+                self._open = False
             self._queue.put(block)
             with self._lock:
                 self._waiting_for_room = False
+                self._open = self._state is BlockGeneratorState.ACTIVE
                 self._room.notify_all()
 
     def _keep_pushing(self) -> None:

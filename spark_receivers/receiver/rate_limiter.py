@@ -25,6 +25,8 @@ class RateLimiter:
             start = min(start, self._max_rate)
         self._lock = threading.Lock()
         self._rate: float | None = start
+        self.limited = start is not None
+        """False while unlimited: adds skip :meth:`acquire` (a plain attribute: it is hot)."""
         self._tokens = 0.0
         self._last = time.monotonic()
         self._changed = threading.Condition(self._lock)
@@ -46,6 +48,7 @@ class RateLimiter:
         with self._lock:
             self._refill(time.monotonic())
             self._rate = new_rate if self._max_rate is None else min(new_rate, self._max_rate)
+            self.limited = True
             self._changed.notify_all()
 
     def _refill(self, now: float) -> None:

@@ -102,10 +102,16 @@ class Receiver:
 
         Blocks while the rate limit or a full block queue holds the receiver back.
         """
-        sup = self._attached()
+        sup = self._supervisor
         if type(data) is str and metadata is None and not reliable:
+            if sup is not None and sup.add_text is not None:
+                sup.add_text(data)  # the hot path: one record, default schema
+                return
+            sup = self._attached()
             sup.add_record(data)
-        elif is_block_data(data):
+            return
+        sup = self._attached()
+        if is_block_data(data):
             sup.push_table(data, metadata, reliable)
         elif isinstance(data, list | tuple) or (
             isinstance(data, Iterable) and not isinstance(data, str | bytes | dict)

@@ -12,9 +12,14 @@ cycle between Started and Stopped while it restarts.
   have not read yet (up to ``receiver_drain_timeout_s``), then release
   :meth:`await_termination`, which re-raises the stopping error.
 
-The block server answers ``StopReceiver``, ``CleanupOldBlocks``,
-``RemoveBlocks`` and ``UpdateRateLimit`` from the driver and serves blocks to
-batch readers (Arrow Flight, authenticated).
+The block server answers ``StopReceiver``, ``CleanupOldBlocks`` (cleans the
+receiver WAL), ``RemoveBlocks`` and ``UpdateRateLimit`` from the driver and
+serves blocks to batch readers (Arrow Flight, authenticated).
+
+Blocks are stored through a :mod:`~spark_receivers.receiver.block_handler`:
+the block store only, or the block store and the receiver write-ahead log in
+parallel when ``receiver_wal_enabled``; a block whose storing failed is never
+reported to the driver.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import itertools
 import logging
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +37,11 @@ import pyarrow as pa
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.block_generator import Block, BlockGenerator
+from spark_receivers.receiver.block_handler import (
+    BlockStoreBasedBlockHandler,
+    ReceivedBlockHandler,
+    WriteAheadLogBasedBlockHandler,
+)
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
@@ -86,6 +97,13 @@ class ReceiverSupervisor:
         self._schema = receiver.schema
         self._default_schema = is_default(self._schema)
         self.block_store = BlockStore(receiver.storage_level)
+        self.block_handler: ReceivedBlockHandler
+        if config.receiver_wal_enabled:
+            self.block_handler = WriteAheadLogBasedBlockHandler(
+                self.block_store, stream_id, config.checkpoint_dir, config, self._clock
+            )
+        else:
+            self.block_handler = BlockStoreBasedBlockHandler(self.block_store)
         self._tracker = EndpointClient(tracker_address, secret)
         self._server = FlightEndpoint(
             f"receiver-{stream_id}",
@@ -116,6 +134,10 @@ class ReceiverSupervisor:
         self._blocks_changed = threading.Condition()
         self.records_stored = 0
         self.blocks_pushed = 0
+        # Receiver.store of one str with the default schema goes straight here.
+        self.add_text: Callable[[str], None] | None = (
+            self._generator.add_data if self._default_schema else None
+        )
         receiver._attach(self, stream_id)
 
     # --- lifecycle ----------------------------------------------------------
@@ -202,6 +224,7 @@ class ReceiverSupervisor:
         self._linger()
         self._server.close()
         self.block_store.clear()
+        self.block_handler.close()
         self._tracker.close()
         self._terminated.set()
 
@@ -277,22 +300,30 @@ class ReceiverSupervisor:
         self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
     ) -> None:
         """Store many records (one block of their own if reliable)."""
-        if self._default_schema:
-            if not all(type(r) is str for r in records):
-                for r in records:
-                    check_record(r, self._schema)
+        if reliable or metadata is not None:
+            for r in records:
+                check_record(r, self._schema)
+            self._push_records_now(records, metadata)
+        elif self._default_schema:
+            # Converting is the type check (in C); a failure names the bad record.
+            table = records_to_table(records, self._schema)
+            self._generator.add_table(table)
         else:
             for r in records:
                 check_record(r, self._schema)
-        if reliable or metadata is not None:
-            self._push_records_now(records, metadata)
-        else:
             self._generator.add_many(records)
 
     def push_table(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
-        """Store an Arrow batch/table or a pandas frame as a block of its own."""
+        """Store an Arrow batch/table or a pandas frame.
+
+        Through the block generator (one block per interval, tables joined without
+        copying) unless ``reliable`` or with ``metadata``: then a block of its own.
+        """
         table = to_table(data, self._schema)
         if table.num_rows == 0:
+            return
+        if not reliable and metadata is None:
+            self._generator.add_table(table)
             return
         self.rate_limiter.acquire(table.num_rows)
         self._push_block(self._next_block_id(), table, metadata, self._clock.get_time_ms())
@@ -315,14 +346,16 @@ class ReceiverSupervisor:
         generated_ms: int,
     ) -> None:
         name = block_id.name
-        size = self.block_store.put(name, table, generated_ms)
+        # Raises (no AddBlock) when the block store or the WAL failed.
+        stored = self.block_handler.store_block(name, table, generated_ms)
         info = m.ReceivedBlockInfo(
             stream_id=self.stream_id,
             block_id=name,
-            num_records=table.num_rows,
+            num_records=stored.num_records,
             generated_ms=generated_ms,
             store_endpoint=self.endpoint,
-            size_bytes=size,
+            size_bytes=stored.size_bytes,
+            wal_handle=stored.wal_handle,
             metadata=metadata,
         )
         try:
@@ -347,7 +380,11 @@ class ReceiverSupervisor:
 
     def on_push_block(self, block: Block) -> None:
         """Convert the cut records to Arrow, store and report them."""
-        table = records_to_table(block.records, self._schema)
+        tables = [
+            part if isinstance(part, pa.Table) else records_to_table(part, self._schema)
+            for part in block.parts
+        ]
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         self._push_block(block.block_id, table, None, block.generated_ms)
 
     def on_error(self, message: str, error: BaseException) -> None:
@@ -375,10 +412,11 @@ class ReceiverSupervisor:
             case m.RemoveBlocks(block_ids=ids):
                 return self._remove_blocks(ids)
             case m.CleanupOldBlocks(threshold_ms=threshold):
-                n = self.block_store.remove_older_than(threshold)
-                with self._blocks_changed:
-                    self._blocks_changed.notify_all()
-                return n
+                # As Spark: only the WAL is cleaned by age. In-memory blocks leave by
+                # id (RemoveBlocks), since a block cut before a batch time may still
+                # belong to a later batch (docs/decisions/0001).
+                self.block_handler.cleanup_old_blocks(threshold)
+                return True
             case m.UpdateRateLimit(rate=rate):
                 self._generator.update_rate(rate)
                 return True

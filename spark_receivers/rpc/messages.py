@@ -18,6 +18,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
@@ -187,8 +188,7 @@ def _build(cls: type[T], raw: Any, where: str) -> T:
     if not isinstance(raw, dict):
         msg = f"{where} must be a JSON object, got {type(raw).__name__}"
         raise RpcError(msg)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints, fields = _shape(cls)
     unknown = set(raw) - set(fields)
     if unknown:
         msg = f"{where} has unknown field(s) {sorted(unknown)[:5]}"
@@ -202,6 +202,27 @@ def _build(cls: type[T], raw: Any, where: str) -> T:
             raise RpcError(msg)
         values[name] = _check(hints[name], raw[name], f"{where}.{name}")
     return cls(**values)
+
+
+_Shape = tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
+    """A message class's resolved field types and fields (resolving types is slow: once)."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        shape = _SHAPES[cls] = (typing.get_type_hints(cls), fields)
+    return shape
+
+
+_SCALAR_CHECKS: dict[Any, Callable[[Any], bool]] = {
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+    bool: lambda v: isinstance(v, bool),
+}
 
 
 def _check(tp: Any, value: Any, where: str) -> Any:
@@ -225,12 +246,7 @@ def _check(tp: Any, value: Any, where: str) -> Any:
             msg = f"{where} must be an object, got {type(value).__name__}"
             raise RpcError(msg)
         return value
-    ok = {
-        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-        float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        str: lambda v: isinstance(v, str),
-        bool: lambda v: isinstance(v, bool),
-    }.get(tp)
+    ok = _SCALAR_CHECKS.get(tp)
     if ok is None or not ok(value):
         msg = f"{where} must be {getattr(tp, '__name__', tp)}, got {value!r:.60}"
         raise RpcError(msg)

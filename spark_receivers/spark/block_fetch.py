@@ -1,30 +1,110 @@
-"""Fetching one block: from its receiver's block server (WAL fallback comes with the WAL)."""
+"""Fetching one block: from its receiver's block store, else from the receiver WAL.
+
+Runs in the Python worker of a batch read task. The block store is tried first
+(the common case, no disk read); when it cannot serve the block (its receiver
+task or executor is gone, or the block was recovered after a driver restart and
+is known to be in no store) the block's write-ahead log record is read from
+``<checkpoint_dir>/receivedData`` on the checkpoint's filesystem. A block that
+is in neither raises :class:`~spark_receivers.errors.BlockNotFoundError` whose
+message names it and starts with :data:`LOST_BLOCK_MARKER`, so the driver can
+report the loss to listeners.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
+from collections import OrderedDict
+
 import pyarrow as pa
 
-from spark_receivers.errors import BlockNotFoundError, RpcError
+from spark_receivers.errors import BlockNotFoundError, BlockStoreError, RpcError, WriteAheadLogError
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.transport import EndpointClient
 
+log = logging.getLogger(__name__)
 
-def fetch_block(info: ReceivedBlockInfo, secret: str, timeout_s: float = 60.0) -> pa.Table:
-    """Return a block's data; raise :class:`BlockNotFoundError` naming it when it is gone."""
+LOST_BLOCK_MARKER = "lost block"
+LOST_BLOCK_RE = re.compile(r"lost block (input-\d+-\d+-\d+) of stream (\d+) \((\d+) records\)")
+"""Finds the lost blocks named in an error text (which Spark may wrap several times)."""
+
+
+_MAX_CLIENTS = 16
+_clients: OrderedDict[tuple[str, str], EndpointClient] = OrderedDict()
+_clients_lock = threading.Lock()
+
+
+def _client(endpoint: str, secret: str) -> EndpointClient:
+    """A Flight client for ``endpoint``, kept for the next blocks (Python workers are reused)."""
+    key = (endpoint, secret)
+    with _clients_lock:
+        client = _clients.pop(key, None) or EndpointClient(endpoint, secret)
+        _clients[key] = client
+        while len(_clients) > _MAX_CLIENTS:
+            _, oldest = _clients.popitem(last=False)
+            oldest.close()
+    return client
+
+
+def _drop_client(endpoint: str, secret: str) -> None:
+    with _clients_lock:
+        client = _clients.pop((endpoint, secret), None)
+    if client is not None:
+        client.close()
+
+
+def fetch_block(
+    info: ReceivedBlockInfo,
+    secret: str,
+    timeout_s: float = 60.0,
+    checkpoint_dir: str | None = None,
+) -> pa.Table:
+    """Return a block's data from its store or, failing that, from its WAL record.
+
+    Raises :class:`BlockNotFoundError` naming the block (and both causes) when it
+    is in neither.
+    """
     store_error: Exception | None = None
     if info.store_endpoint:
-        client = EndpointClient(info.store_endpoint, secret, timeout_s=timeout_s)
+        client = _client(info.store_endpoint, secret)
         try:
-            return client.read_table(info.block_id.encode())
+            return client.read_table(info.block_id.encode(), timeout_s)
         except RpcError as e:
             store_error = e
-        finally:
-            client.close()
-    endpoint = info.store_endpoint
-    where = f"its block store at {endpoint}" if endpoint else "no block store"
+            _drop_client(info.store_endpoint, secret)
+    where = f"its block store at {info.store_endpoint}" if info.store_endpoint else "no block store"
+    if info.wal_handle is not None and checkpoint_dir:
+        from spark_receivers.receiver.block_handler import read_block_from_wal
+
+        try:
+            table = read_block_from_wal(checkpoint_dir, info.stream_id, info.wal_handle)
+        except (WriteAheadLogError, BlockStoreError) as e:
+            msg = (
+                f"{LOST_BLOCK_MARKER} {info.block_id} of stream {info.stream_id} "
+                f"({info.num_records} records): not in {where} ({store_error}) and its "
+                f"write-ahead log record {info.wal_handle} could not be read: {e}"
+            )
+            raise BlockNotFoundError(msg) from e
+        if table.num_rows != info.num_records:
+            msg = (
+                f"{LOST_BLOCK_MARKER} {info.block_id} of stream {info.stream_id} "
+                f"({info.num_records} records): its write-ahead log record holds "
+                f"{table.num_rows} records"
+            )
+            raise BlockNotFoundError(msg)
+        log.info("block %s read from the receiver WAL (%s)", info.block_id, store_error)
+        return table
+    if info.wal_handle is not None:
+        hint = "it has a write-ahead log record but the batch reader got no checkpoint_dir"
+    else:
+        hint = (
+            "it has no write-ahead log record; enable receiver_wal_enabled with a "
+            "checkpoint_dir to survive the loss of a receiver"
+        )
     msg = (
-        f"block {info.block_id} of stream {info.stream_id} ({info.num_records} records) "
-        f"could not be read: it is in {where} ({store_error}) and has no write-ahead log "
-        "record; enable receiver_wal_enabled with a checkpoint_dir to survive receiver loss"
+        f"{LOST_BLOCK_MARKER} {info.block_id} of stream {info.stream_id} "
+        f"({info.num_records} records) could not be read: it is in {where} "
+        f"({store_error}); {hint}"
     )
     raise BlockNotFoundError(msg) from store_error

@@ -1,10 +1,14 @@
 """Reads a batch's blocks as a DataFrame, through the Python Data Source API.
 
 Each batch is ``spark.read.format("spark_receivers_blocks")`` with the batch's
-blocks in its options and the stream's schema; each block is one partition,
-read on an executor as Arrow record batches from the block server of the
-receiver that holds it (authenticated). A block that cannot be read fails the
-batch with an error that names it: never silently skipped.
+blocks in its options and the stream's schema. The blocks, in allocation order,
+are grouped into at most ``max_partitions`` partitions (the default parallelism:
+one Python task per block costs more than the reading) of about equal record
+counts; each is read on an executor as Arrow record batches from the block
+server of the receiver that holds it (authenticated), falling back to the block's record in
+the receiver write-ahead log under the ``checkpoint_dir`` option. A block that
+cannot be read fails the batch with an error that names it: never silently
+skipped.
 """
 
 from __future__ import annotations
@@ -28,32 +32,69 @@ SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact 
 
 
 class BlockPartition(InputPartition):  # type: ignore[misc]
-    """One block to read."""
+    """Consecutive blocks read by one task."""
 
-    def __init__(self, block: dict[str, Any]) -> None:
-        super().__init__(block["block_id"])
-        self.block = block
+    def __init__(self, index: int, blocks: list[dict[str, Any]]) -> None:
+        super().__init__(index)
+        self.blocks = blocks
+
+
+def group_blocks(blocks: list[dict[str, Any]], max_partitions: int) -> list[list[dict[str, Any]]]:
+    """Split ``blocks`` (in order) into at most ``max_partitions`` runs of similar record counts.
+
+    >>> [len(g) for g in group_blocks([{"num_records": 10}] * 5, 2)]
+    [3, 2]
+    """
+    n = max(1, min(len(blocks), max_partitions))
+    total = sum(max(1, b["num_records"]) for b in blocks)
+    groups: list[list[dict[str, Any]]] = [[]]
+    seen = 0
+    for i, block in enumerate(blocks):
+        left = len(blocks) - i
+        # Close the current run once it holds its share, or when each remaining
+        # group needs one of the remaining blocks.
+        if groups[-1] and len(groups) < n and (
+            seen >= total * len(groups) / n or left <= n - len(groups)
+        ):
+            groups.append([])
+        groups[-1].append(block)
+        seen += max(1, block["num_records"])
+    return groups
 
 
 class BlockReader(DataSourceReader):  # type: ignore[misc]
-    """Partitions = blocks; ``read`` streams one block's record batches."""
+    """Partitions = runs of blocks; ``read`` streams their record batches in order."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._blocks = json.loads(options["blocks"])
         self._secret = options[SECRET_OPTION]
         self._timeout_s = float(options.get("timeout_s", "60"))
+        self._checkpoint_dir = options.get("checkpoint_dir") or None
+        self._max_partitions = int(options.get("max_partitions", "0")) or len(self._blocks)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One partition per block, in allocation order."""
-        return [BlockPartition(b) for b in self._blocks]
+        """Runs of consecutive blocks, at most ``max_partitions``.
+
+        Without blocks (a warm-up read), ``max_partitions`` empty partitions.
+        """
+        if not self._blocks:
+            return [BlockPartition(i, []) for i in range(max(1, self._max_partitions))]
+        groups = group_blocks(self._blocks, self._max_partitions)
+        return [BlockPartition(i, g) for i, g in enumerate(groups)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the block's Arrow record batches."""
+        """Yield the record batches of the partition's blocks, block after block."""
         from spark_receivers.spark.block_fetch import fetch_block
 
         assert isinstance(partition, BlockPartition)
-        table = fetch_block(ReceivedBlockInfo(**partition.block), self._secret, self._timeout_s)
-        yield from table.to_batches()
+        for block in partition.blocks:
+            table = fetch_block(
+                ReceivedBlockInfo(**block),
+                self._secret,
+                self._timeout_s,
+                self._checkpoint_dir,
+            )
+            yield from table.to_batches()
 
 
 class BlockDataSource(DataSource):  # type: ignore[misc]
@@ -79,16 +120,48 @@ def register(spark: SparkSession) -> None:
 
 
 def blocks_dataframe(
-    spark: SparkSession, blocks: Sequence[ReceivedBlockInfo], schema: StructType, secret: str
+    spark: SparkSession,
+    blocks: Sequence[ReceivedBlockInfo],
+    schema: StructType,
+    secret: str,
+    checkpoint_dir: str | None = None,
+    max_partitions: int | None = None,
 ) -> DataFrame:
-    """A DataFrame over ``blocks`` (an empty one when there are none)."""
+    """A DataFrame over ``blocks`` (an empty one when there are none).
+
+    ``checkpoint_dir`` lets readers fall back to the receiver WAL;
+    ``max_partitions`` defaults to Spark's default parallelism.
+    """
     if not blocks:
         return spark.createDataFrame([], schema)
+    if max_partitions is None:
+        max_partitions = spark.sparkContext.defaultParallelism
     payload = json.dumps([asdict(b) for b in blocks], separators=(",", ":"))
-    return (
+    reader = (
         spark.read.format(FORMAT)
         .schema(schema)
         .option("blocks", payload)
         .option(SECRET_OPTION, secret)
+        .option("max_partitions", str(max(1, max_partitions)))
+    )
+    if checkpoint_dir:
+        reader = reader.option("checkpoint_dir", checkpoint_dir)
+    return reader.load()
+
+
+def warm_up(spark: SparkSession, partitions: int) -> int:
+    """Read nothing through the data source on ``partitions`` tasks; return the rows (0).
+
+    The first read through a Python data source starts its Python workers and
+    imports what they need (seconds); the context runs this once at start, off
+    the batch path, so the first batch with data does not pay for it.
+    """
+    return (
+        spark.read.format(FORMAT)
+        .schema("value string")
+        .option("blocks", "[]")
+        .option(SECRET_OPTION, "")
+        .option("max_partitions", str(max(1, partitions)))
         .load()
+        .count()
     )

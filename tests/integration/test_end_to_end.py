@@ -87,7 +87,7 @@ def test_socket_pipeline_counts_exactly_what_the_source_sent(spark):
 
 def test_tracker_refuses_strangers_and_keeps_running(spark):
     from spark_receivers.driver import tracker_commands as cmd
-    from spark_receivers.errors import RpcError
+    from spark_receivers.errors import AuthenticationError, RpcError
     from spark_receivers.rpc import messages as m
     from spark_receivers.rpc.transport import EndpointClient
     from spark_receivers.testing import CountingReceiver
@@ -117,6 +117,30 @@ def test_tracker_refuses_strangers_and_keeps_running(spark):
             client.call(m.AddBlock(m.ReceivedBlockInfo(0, "input-3-1-1", 1, 0, "127.0.0.1:1")))
         with pytest.raises(RpcError, match="malformed block id"):
             client.call(m.AddBlock(m.ReceivedBlockInfo(0, "../../etc/passwd", 1, 0, "127.0.0.1:1")))
+        # A WAL handle is refused when the WAL is off (and confined to its directory when on).
+        handle = {"path": "/etc/passwd", "offset": 0, "length": 10}
+        with pytest.raises(RpcError, match="receiver WAL is not enabled"):
+            client.call(
+                m.AddBlock(
+                    m.ReceivedBlockInfo(0, "input-0-1-9", 1, 0, "127.0.0.1:1", wal_handle=handle)
+                )
+            )
+        with pytest.raises(RpcError, match="exceeds max_message_bytes"):
+            big = {"pad": "x" * (5 * 1024 * 1024)}
+            client.call(
+                m.AddBlock(m.ReceivedBlockInfo(0, "input-0-1-9", 1, 0, "h:1", metadata=big))
+            )
+        # Strangers: a wrong secret, on the tracker and on the receiver's block server.
+        receiver_endpoint = tracker.tracking_infos()[0].endpoint
+        assert receiver_endpoint
+        for address in (tracker.address, receiver_endpoint):
+            stranger = EndpointClient(address, "not-the-secret")
+            forged = m.StopReceiver() if address == receiver_endpoint else m.ReportError(0, "x", "")
+            with pytest.raises(AuthenticationError):
+                stranger.call(forged)
+            with pytest.raises(AuthenticationError):
+                stranger.read_table(b"input-0-1-0")
+            stranger.close()
         before = tracker.records_received()
         assert wait_until(lambda: tracker.records_received() > before, 30)  # still receiving
         infos = tracker.tracking_infos()

@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,6 +67,27 @@ def make(listener, clock, interval=200, queue_size=10):
         listener, lambda: StreamBlockId(0, 1, next(ids)), interval, queue_size, clock=clock
     )
 
+
+
+def test_tables_and_records_keep_their_order_in_one_block():
+    clock = ManualClock(0)
+    listener = Listener()
+    gen = make(listener, clock)
+    gen.start()
+    gen.add_data("a")
+    gen.add_table(pa.table({"value": ["b", "c"]}))
+    gen.add_table(pa.table({"value": ["d"]}))
+    gen.add_many(["e", "f"])
+    assert gen.add_table(pa.table({"value": pa.array([], pa.string())})) == 0
+    clock.advance(200)
+    listener.wait_for(lambda: len(listener.pushed) == 1)
+    block = listener.pushed[0]
+    # Tables stay Arrow (no per-row copy); lists between them stay lists, in order.
+    assert [type(p).__name__ for p in block.parts] == ["list", "Table", "Table", "list"]
+    assert block.records == ["a", {"value": "b"}, {"value": "c"}, {"value": "d"}, "e", "f"]
+    gen.stop()
+    with pytest.raises(StateError, match="has been stopped"):
+        gen.add_table(pa.table({"value": ["late"]}))
 
 def test_block_generation_and_data_callbacks():
     clock = ManualClock(0)

@@ -1,0 +1,273 @@
+"""How a receiver task stores a block: in its block store, and in a write-ahead log.
+
+Spark's ``ReceivedBlockHandler`` pair:
+
+* :class:`BlockStoreBasedBlockHandler` puts the block in the task's
+  :class:`~spark_receivers.receiver.block_store.BlockStore` and counts its
+  records; a failed put raises.
+* :class:`WriteAheadLogBasedBlockHandler` serializes the block once as Arrow IPC,
+  then puts it in the block store and writes it to the receiver's write-ahead log
+  **in parallel** (two threads), waiting for both up to ``block_store_timeout_s``.
+  The result carries the WAL record handle, which travels to the driver in the
+  block's ``ReceivedBlockInfo`` so that a batch can read the block from the WAL
+  when its block store is gone. If either side fails (or times out), the block
+  is removed from the store and the call raises: the supervisor then sends no
+  ``AddBlock`` and a ``store(..., reliable=True)`` raises to the receiver.
+
+The receiver WAL lives in ``<checkpoint_dir>/receivedData/<stream_id>`` on any
+``pyarrow.fs`` filesystem (``checkpoint_dir`` may be a URI such as
+``s3://bucket/ckpt``). :func:`read_block_from_wal` is the reading side, used by
+batch readers on executors.
+
+Thread-safety: ``store_block`` may be called from several threads at once (the
+block pushing thread and receiver threads storing reliably); the WAL serialises
+its writes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import posixpath
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.errors import BlockStoreError, ConfigError, WriteAheadLogError
+from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.util.clock import Clock, SystemClock
+from spark_receivers.wal.base import RecordHandle, WriteAheadLog, confine_handle
+from spark_receivers.wal.file_log import FileBasedWriteAheadLog
+
+__all__ = [
+    "BlockStoreBasedBlockHandler",
+    "BlockStoreResult",
+    "ReceivedBlockHandler",
+    "WriteAheadLogBasedBlockHandler",
+    "decode_block",
+    "encode_block",
+    "read_block_from_wal",
+    "received_data_dir",
+    "resolve_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+
+RECEIVED_DATA = "receivedData"
+
+
+@dataclass(frozen=True)
+class BlockStoreResult:
+    """What storing one block produced: its size, record count and WAL handle (if any)."""
+
+    block_id: str
+    num_records: int
+    size_bytes: int
+    wal_handle: dict[str, Any] | None = None
+
+
+class ReceivedBlockHandler(Protocol):
+    """Stores blocks for a receiver and cleans what is old."""
+
+    def store_block(self, block_id: str, table: pa.Table, generated_ms: int) -> BlockStoreResult:
+        """Store a block; raise :class:`BlockStoreError` if it could not be stored."""
+        ...
+
+    def cleanup_old_blocks(self, threshold_ms: int) -> None:
+        """Drop stored data older than ``threshold_ms`` (WAL segments)."""
+        ...
+
+    def close(self) -> None:
+        """Release threads and files; idempotent."""
+        ...
+
+
+class BlockStoreBasedBlockHandler:
+    """Puts blocks in the block store only (no write-ahead log)."""
+
+    def __init__(self, block_store: BlockStore) -> None:
+        self.block_store = block_store
+
+    def store_block(self, block_id: str, table: pa.Table, generated_ms: int) -> BlockStoreResult:
+        """Put the block in the store; raise :class:`BlockStoreError` (chained) on failure."""
+        try:
+            size = self.block_store.put(block_id, table, generated_ms)
+        except Exception as e:
+            msg = f"could not put block {block_id} ({table.num_rows} records) in the block store"
+            raise BlockStoreError(msg) from e
+        return BlockStoreResult(block_id, table.num_rows, size)
+
+    def cleanup_old_blocks(self, threshold_ms: int) -> None:
+        """Nothing to do: blocks leave the store by id when their batch completed."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class WriteAheadLogBasedBlockHandler:
+    """Stores every block in the block store and the receiver WAL in parallel.
+
+    ``wal`` replaces the log built from ``config`` (tests inject faulty ones).
+    Records are stamped with the receiver's clock at write time, which is never
+    before the block's ``generated_ms``, so that cleaning with a threshold at or
+    below the oldest ``generated_ms`` the driver still needs keeps every needed
+    record.
+    """
+
+    def __init__(
+        self,
+        block_store: BlockStore,
+        stream_id: int,
+        checkpoint_dir: str,
+        config: StreamingConfig,
+        clock: Clock | None = None,
+        wal: WriteAheadLog | None = None,
+    ) -> None:
+        if not checkpoint_dir:
+            msg = (
+                "Cannot enable receiver write-ahead log without checkpoint directory set: "
+                "pass checkpoint_dir=... to StreamingContext"
+            )
+            raise ConfigError(msg)
+        self.block_store = block_store
+        self.stream_id = stream_id
+        self.log_dir = received_data_dir(checkpoint_dir, stream_id)
+        self._timeout_s = config.block_store_timeout_s
+        self._clock = clock or SystemClock()
+        if wal is None:
+            fs, path = resolve_checkpoint(self.log_dir)
+            wal = FileBasedWriteAheadLog(
+                path,
+                filesystem=fs,
+                rolling_interval_s=config.receiver_wal_rolling_interval_s,
+                max_failures=config.receiver_wal_max_failures,
+                close_file_after_write=config.receiver_wal_close_file_after_write,
+                fsync=config.receiver_wal_fsync,
+                clock=self._clock,
+            )
+        self.wal = wal
+        # Two workers: the store put and the WAL write of one block run side by side.
+        # More concurrent blocks queue here; the WAL serialises its writes anyway.
+        self._pool = cf.ThreadPoolExecutor(2, thread_name_prefix=f"receiver-{stream_id}-wal")
+        self.blocks_stored = 0
+        self.bytes_logged = 0
+
+    def store_block(self, block_id: str, table: pa.Table, generated_ms: int) -> BlockStoreResult:
+        """Store in the block store and the WAL in parallel; wait for both.
+
+        Raises :class:`BlockStoreError` naming the block when either side failed
+        or did not finish within ``block_store_timeout_s`` (the block is then
+        removed from the store, so nothing half-stored is served or reported).
+        """
+        payload = encode_block(table)
+        store_future: cf.Future[int] = self._pool.submit(
+            self.block_store.put, block_id, table, generated_ms
+        )
+        wal_future: cf.Future[RecordHandle] = self._pool.submit(
+            self.wal.write, payload, max(generated_ms, self._clock.get_time_ms())
+        )
+        futures: list[cf.Future[Any]] = [store_future, wal_future]
+        _, not_done = cf.wait(futures, timeout=self._timeout_s)
+        failure: BaseException | None = None
+        what = ""
+        if not_done:
+            what = f"not stored within block_store_timeout_s={self._timeout_s}"
+            for f in not_done:
+                f.cancel()
+        else:
+            for name, future in (("block store", store_future), ("write-ahead log", wal_future)):
+                error = future.exception()
+                if error is not None:
+                    failure, what = error, f"the {name} failed: {error}"
+                    break
+        if what:
+            self._discard(block_id, store_future)
+            msg = f"block {block_id} ({table.num_rows} records) of stream {self.stream_id}: {what}"
+            raise BlockStoreError(msg) from failure
+        handle = wal_future.result()
+        size = store_future.result()
+        self.blocks_stored += 1
+        self.bytes_logged += len(payload)
+        return BlockStoreResult(block_id, table.num_rows, size, handle.to_dict())
+
+    def _discard(self, block_id: str, store_future: cf.Future[int]) -> None:
+        def remove(_: cf.Future[int]) -> None:
+            try:
+                self.block_store.remove([block_id])
+            except Exception:
+                log.warning("could not remove half-stored block %s", block_id, exc_info=True)
+
+        # Removes now if the put finished, else as soon as it does.
+        store_future.add_done_callback(remove)
+
+    def cleanup_old_blocks(self, threshold_ms: int) -> None:
+        """Delete WAL segments whose records are all older than ``threshold_ms`` (async)."""
+        self.wal.clean(threshold_ms, wait=False)
+
+    def close(self) -> None:
+        """Drop queued work, close the WAL (it waits for a write in progress); idempotent."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.wal.close()
+
+
+def encode_block(table: pa.Table) -> bytes:
+    """Serialize a block as an Arrow IPC stream (schema + record batches)."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
+def decode_block(data: bytes, where: str = "") -> pa.Table:
+    """Read a block written by :func:`encode_block`; raise :class:`BlockStoreError` if it is not."""
+    try:
+        return ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        msg = f"WAL record {where} is not an Arrow IPC block: {e}"
+        raise BlockStoreError(msg) from e
+
+
+def received_data_dir(checkpoint_dir: str, stream_id: int | None = None) -> str:
+    """``<checkpoint_dir>/receivedData[/<stream_id>]`` (a path or URI like its input)."""
+    base = checkpoint_dir.rstrip("/") or "/"
+    path = posixpath.join(base, RECEIVED_DATA)
+    return path if stream_id is None else posixpath.join(path, str(stream_id))
+
+
+def resolve_checkpoint(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
+    """The ``pyarrow.fs`` filesystem and the path on it of a local path or a URI."""
+    if "://" in path_or_uri:
+        try:
+            fs, path = pafs.FileSystem.from_uri(path_or_uri)
+        except (ValueError, OSError, pa.ArrowInvalid) as e:
+            msg = f"cannot resolve the checkpoint location {path_or_uri!r}: {e}"
+            raise WriteAheadLogError(msg) from e
+        return fs, path
+    return pafs.LocalFileSystem(), posixpath.abspath(path_or_uri)
+
+
+def read_block_from_wal(
+    checkpoint_dir: str, stream_id: int, handle_dict: dict[str, Any]
+) -> pa.Table:
+    """Read a block back from the receiver WAL through its record handle.
+
+    The handle is checked first: it must lie inside ``<checkpoint_dir>/receivedData``
+    (handles come from the network). Raises :class:`WriteAheadLogError` if it does
+    not, if its segment is gone or its record is corrupt, and
+    :class:`BlockStoreError` if the record is not an Arrow block.
+    """
+    handle = RecordHandle.from_dict(handle_dict)
+    fs, root = resolve_checkpoint(received_data_dir(checkpoint_dir))
+    confine_handle(handle, root)
+    stream_root = posixpath.join(root, str(stream_id))
+    confine_handle(handle, stream_root)
+    reader = FileBasedWriteAheadLog(stream_root, filesystem=fs, fsync=False)
+    try:
+        data = reader.read(handle)
+    finally:
+        reader.close()
+    return decode_block(data, f"{handle.path}@{handle.offset}")

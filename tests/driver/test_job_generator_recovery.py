@@ -1,0 +1,79 @@
+"""JobGenerator restart from a checkpoint: re-run batches keep their blocks; down time runs."""
+
+from __future__ import annotations
+
+import threading
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.checkpoint import Checkpoint
+from spark_receivers.driver.job_generator import JobGenerator, OutputOperation
+from spark_receivers.driver.listener import ListenerBus
+from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker, create_driver_wal
+from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.util.clock import ManualClock
+
+
+class FakeSparkContext:
+    def setJobGroup(self, *args, **kwargs) -> None:
+        pass
+
+
+def block(seq: int) -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(0, f"input-0-1-{seq}", 10, seq, "127.0.0.1:1")
+
+
+def test_restart_reruns_allocated_batches_with_their_blocks_then_the_down_time(tmp_path):
+    clock = ManualClock(10_000)
+    cfg = StreamingConfig(driver_wal_fsync=False)
+    tracker = ReceivedBlockTracker([0], create_driver_wal(str(tmp_path), cfg, clock), clock)
+    tracker.add_block(block(1))
+    tracker.allocate_blocks_to_batch(11_000)  # completed before the crash
+    tracker.add_block(block(2))
+    tracker.add_block(block(3))
+    tracker.allocate_blocks_to_batch(12_000)  # allocated, not completed
+    tracker.add_block(block(4))  # never allocated
+    tracker.stop()
+    checkpoint = Checkpoint(1000, 11_000, (12_000,), 12_050, {})
+
+    clock.set_time(15_500)  # the driver was down for a while
+    recovered = ReceivedBlockTracker(
+        [0], create_driver_wal(str(tmp_path), cfg, clock), clock, recover=True
+    )
+    ran: dict[int, list[str]] = {}
+    done = threading.Condition()
+
+    def build(t: int, blocks: dict[int, list[ReceivedBlockInfo]]) -> list[OutputOperation]:
+        def run() -> None:
+            with done:
+                ran[t] = [b.block_id for b in blocks[0]]
+                done.notify_all()
+
+        return [OutputOperation(0, "record", run)]
+
+    checkpoints: list[tuple[int, list[int]]] = []
+    bus = ListenerBus()
+    generator = JobGenerator(
+        FakeSparkContext(),  # type: ignore[arg-type]
+        1000,
+        recovered,
+        build,
+        lambda blocks: None,
+        bus,
+        clock,
+        checkpoint=lambda last, pending: checkpoints.append((last, pending)),
+    )
+    first_timer_tick = generator.start(checkpoint)
+    try:
+        assert first_timer_tick == 16_000
+        assert generator.recovered_batches == [12_000, 13_000, 14_000, 15_000]
+        with done:
+            assert done.wait_for(lambda: len(ran) == 4, 30)
+        assert ran[12_000] == ["input-0-1-2", "input-0-1-3"]  # the same blocks as before
+        assert ran[13_000] == ["input-0-1-4"]  # the first down-time batch takes the rest
+        assert ran[14_000] == [] and ran[15_000] == []
+        assert 11_000 not in ran  # completed before the crash: not run again
+        assert generator.last_completed_batch_ms == 15_000
+        assert checkpoints[-1][0] == 15_000
+    finally:
+        generator.stop(graceful=False, timeout_ms=0)
+        recovered.stop()

@@ -1,0 +1,115 @@
+"""A streaming driver for the driver-crash test, run as its own process (twice).
+
+Builds its context with ``StreamingContext.get_or_create`` (checkpoint dir, both
+WALs, a reliable receiver reading the test's acking source) and an idempotent
+sink: every batch is written with Spark to ``<out>/batch=<time>`` in overwrite
+mode, then a manifest of its records goes to ``<out>/manifests/<time>-<pid>.json``
+and the batch lingers ``--slow-ms`` so that the test can kill the driver in the
+middle of a batch. Stops gracefully on SIGTERM (``stop_gracefully_on_shutdown``).
+Prints ``FRESH`` or ``RECOVERED <batches>`` once started, ``STOPPED`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import pyarrow.parquet as pq
+from pyspark import cloudpickle
+from pyspark.sql import SparkSession
+
+from spark_receivers import StreamingConfig, StreamingContext
+
+CHAOS = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
+
+
+def load_harness():
+    spec = importlib.util.spec_from_file_location("chaos_harness", CHAOS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chaos_harness"] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)  # the executor cannot import it by name
+    return module
+
+
+def read_values(path: str) -> list[str]:
+    """The ``value`` column of a Parquet directory written by Spark (no Spark job)."""
+    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    return [v for f in files for v in pq.read_table(f).column("value").to_pylist()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--slow-ms", type=int, default=1500)
+    args = parser.parse_args()
+    harness = load_harness()
+    spark = (
+        SparkSession.builder.master("local[3]")
+        .appName("spark-receivers-driver-crash")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("OFF")
+    manifests = os.path.join(args.out, "manifests")
+    os.makedirs(manifests, exist_ok=True)
+    pause = threading.Event()
+
+    def sink(df, batch_time_ms: int) -> None:
+        path = os.path.join(args.out, f"batch={batch_time_ms}")
+        df.write.mode("overwrite").parquet(path)  # idempotent: a re-run replaces the batch
+        values = sorted(int(v) for v in read_values(path))
+        print(f"BATCH {batch_time_ms} {len(values)} at {time.time():.3f}", flush=True)
+        if not values:
+            return
+        name = os.path.join(manifests, f"{batch_time_ms}-{os.getpid()}.json")
+        with open(name + ".tmp", "w") as f:
+            json.dump(values, f)
+        os.replace(name + ".tmp", name)
+        pause.wait(args.slow_ms / 1000.0)  # the batch is still running: a kill lands here
+
+    def create() -> StreamingContext:
+        cfg = StreamingConfig(
+            receiver_wal_enabled=True,
+            receiver_restart_delay_ms=300,
+            receiver_drain_timeout_s=10.0,
+            stop_gracefully_on_shutdown=True,
+        )
+        ssc = StreamingContext(spark, 2000, checkpoint_dir=args.checkpoint, config=cfg)
+        stream = ssc.receiver_stream(harness.ReliableTcpReceiver("127.0.0.1", args.port))
+        stream.foreach_batch(sink, "parquet-sink")
+        return ssc
+
+    ssc = StreamingContext.get_or_create(args.checkpoint, create)
+    print(f"STARTING at {time.time():.3f}", flush=True)
+    ssc.start()
+    if ssc.recovered_from_checkpoint:
+        assert ssc.job_generator is not None
+        print("RECOVERED " + json.dumps(ssc.job_generator.recovered_batches), flush=True)
+    else:
+        print("FRESH", flush=True)
+    print(f"STARTED at {time.time():.3f}", flush=True)
+    ssc.await_termination()
+    print("STOPPED", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

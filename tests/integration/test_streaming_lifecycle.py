@@ -1,0 +1,258 @@
+"""Graceful stop, listener event order, failing outputs, checkpoints (StreamingContextSuite)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+from pyspark import cloudpickle
+
+from spark_receivers import StreamingConfig, StreamingContext, StreamingError, StreamingListener
+from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.errors import CheckpointError, ConfigError
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.testing import CountingReceiver
+
+pytestmark = pytest.mark.spark
+
+# Receivers defined here travel to the executors by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        threading.Event().wait(0.05)
+    return predicate()
+
+
+class IgnoresStop(Receiver):
+    """Keeps storing after it was told to stop (a receiver that misses StopReceiver)."""
+
+    def on_start(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def on_stop(self) -> None:
+        pass  # ignored on purpose
+
+    def _run(self) -> None:
+        end = time.monotonic() + 30  # bounded, so it does not outlive the test run
+        i = 0
+        while time.monotonic() < end:
+            try:
+                self.store(f"r{i}")
+                i += 1
+            except Exception:
+                threading.Event().wait(0.05)
+                continue
+            threading.Event().wait(0.002)
+
+
+class SlowReceiver(Receiver):
+    """Stores slowly and takes a second to stop."""
+
+    def on_start(self) -> None:
+        self._done = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def on_stop(self) -> None:
+        threading.Event().wait(1.0)
+        self._done.set()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._done.is_set():
+            try:
+                self.store(f"s{i}")
+            except Exception:
+                return
+            i += 1
+            self._done.wait(0.02)
+
+
+def run_and_stop_gracefully(spark, receiver: Receiver) -> tuple[int, int, float]:
+    ssc = StreamingContext(spark, batch_interval_ms=500)
+    processed: list[int] = []
+    ssc.receiver_stream(receiver).foreach_batch(lambda df, t: processed.append(df.count()))
+    ssc.start()
+    try:
+        assert wait_until(lambda: sum(processed) > 20, 90), "nothing processed"
+    finally:
+        started = time.monotonic()
+        ssc.stop(graceful=True)
+        took = time.monotonic() - started
+    assert ssc.receiver_tracker is not None
+    return ssc.receiver_tracker.records_received(), sum(processed), took
+
+
+@pytest.mark.parametrize("receiver", [IgnoresStop, SlowReceiver], ids=["ignores-stop", "slow"])
+def test_stop_gracefully_processes_everything_received(spark, receiver):
+    received, processed, took = run_and_stop_gracefully(spark, receiver())
+    assert received > 0
+    assert processed == received
+    assert took < 60
+
+
+class Recorder(StreamingListener):
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.lock = threading.Lock()
+
+    def _add(self, *event) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def on_streaming_started(self, time_ms):
+        self._add("streaming_started")
+
+    def on_receiver_started(self, info):
+        self._add("receiver_started", info.stream_id)
+
+    def on_receiver_stopped(self, info):
+        self._add("receiver_stopped", info.stream_id)
+
+    def on_receiver_error(self, info):
+        self._add("receiver_error", info.stream_id, info.last_error_message)
+
+    def on_batch_submitted(self, info):
+        self._add("batch_submitted", info.batch_time_ms)
+
+    def on_batch_started(self, info):
+        self._add("batch_started", info.batch_time_ms)
+
+    def on_batch_completed(self, info):
+        self._add("batch_completed", info.batch_time_ms, info.num_records)
+
+    def on_output_operation_started(self, info):
+        self._add("op_started", info.batch_time_ms, info.id)
+
+    def on_output_operation_completed(self, info):
+        self._add("op_completed", info.batch_time_ms, info.id, info.failure_reason)
+
+
+def test_listener_event_order_with_two_receivers(spark):
+    ssc = StreamingContext(spark, batch_interval_ms=500)
+    recorder = Recorder()
+    ssc.add_streaming_listener(recorder)
+    counts: list[int] = []
+    for _ in range(2):
+        stream = ssc.receiver_stream(CountingReceiver(rate=200))
+        stream.foreach_batch(lambda df, t: counts.append(df.count()))
+    ssc.start()
+    try:
+        assert wait_until(lambda: sum(counts) > 100, 90)
+    finally:
+        ssc.stop(graceful=True)
+    events = list(recorder.events)
+    kinds = [e[0] for e in events]
+    assert kinds[0] == "streaming_started"
+    for sid in (0, 1):
+        started = events.index(("receiver_started", sid))
+        stopped = events.index(("receiver_stopped", sid))
+        assert started < stopped
+    assert not [e for e in events if e[0] == "receiver_error"]
+    # Per batch: submitted < started < each op started < its completion < batch completed,
+    # output operations in registration order; batches complete in time order.
+    batches = [e[1] for e in events if e[0] == "batch_completed"]
+    assert batches == sorted(batches) and len(batches) >= 2
+    for t in batches:
+        mine = [e[:3] if e[0].startswith("op") else e[:2] for e in events if e[1:2] == (t,)]
+        assert [e[0] for e in mine] == [
+            "batch_submitted",
+            "batch_started",
+            "op_started",
+            "op_completed",
+            "op_started",
+            "op_completed",
+            "batch_completed",
+        ]
+        assert [e[2] for e in mine if e[0] == "op_started"] == [0, 1]
+    assert sum(e[2] for e in events if e[0] == "batch_completed") == sum(counts)
+
+
+def test_a_failing_output_operation_is_reported_with_its_stack(spark):
+    ssc = StreamingContext(spark, batch_interval_ms=500)
+    recorder = Recorder()
+    ssc.add_streaming_listener(recorder)
+
+    def broken(df, batch_time_ms):
+        if df.count() > 0:
+            raise ValueError("boom in the sink")
+
+    ssc.receiver_stream(CountingReceiver(rate=200)).foreach_batch(broken, "broken-sink")
+    ssc.start()
+    try:
+        with pytest.raises(StreamingError, match="boom in the sink") as info:
+            ssc.await_termination(timeout_s=90)
+    finally:
+        ssc.stop(graceful=False)
+    assert isinstance(info.value.__cause__, ValueError)
+    failures = [e for e in recorder.events if e[0] == "op_completed" and e[3]]
+    assert failures, recorder.events
+    reason = failures[0][3]
+    assert "Traceback" in reason and "ValueError: boom in the sink" in reason
+    assert "broken" in reason  # the stack names the user's function
+
+
+def test_checkpoint_is_written_atomically_and_read_back(tmp_path):
+    store = CheckpointStore(str(tmp_path))
+    assert store.read() is None
+    cp = Checkpoint(1000, 41_000, (42_000, 43_000), 43_100, {"block_interval_ms": 200})
+    store.write(cp)
+    store.write(cp)
+    assert store.read() == cp
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json"]  # no temp left
+
+
+def test_checkpoint_on_a_uri(tmp_path):
+    store = CheckpointStore(f"file://{tmp_path}/c")
+    cp = Checkpoint(500, -1, (), 7, {})
+    store.write(cp)
+    assert CheckpointStore(f"file://{tmp_path}/c").read() == cp
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"", b"{not json", b'{"version": 99}', b"[1, 2]", b'{"version": 1}']
+)
+def test_get_or_create_with_a_corrupt_checkpoint(spark, tmp_path, garbage):
+    (tmp_path / "checkpoint.json").write_bytes(garbage)
+
+    def create():
+        ssc = StreamingContext(spark, batch_interval_ms=1000, checkpoint_dir=str(tmp_path))
+        ssc.receiver_stream(CountingReceiver()).foreach_batch(lambda df, t: None)
+        return ssc
+
+    with pytest.raises(CheckpointError, match=r"corrupt.*create_on_error=True"):
+        StreamingContext.get_or_create(str(tmp_path), create)
+    ssc = StreamingContext.get_or_create(str(tmp_path), create, create_on_error=True)
+    assert not ssc.recovered_from_checkpoint
+    assert not (tmp_path / "checkpoint.json").exists()
+    assert any(p.name.startswith("checkpoint.json.corrupt-") for p in tmp_path.iterdir())
+
+
+def test_get_or_create_recovers_and_checks_the_batch_interval(spark, tmp_path):
+    CheckpointStore(str(tmp_path)).write(Checkpoint(1000, 5_000, (6_000,), 6_100, {}))
+
+    def create(interval=1000):
+        ssc = StreamingContext(spark, batch_interval_ms=interval)
+        ssc.receiver_stream(CountingReceiver()).foreach_batch(lambda df, t: None)
+        return ssc
+
+    ssc = StreamingContext.get_or_create(str(tmp_path), create)
+    assert ssc.recovered_from_checkpoint
+    assert ssc.checkpoint_dir == str(tmp_path)
+    assert ssc.config.checkpoint_dir == str(tmp_path)  # receivers learn it from the config
+    with pytest.raises(ConfigError, match="batch_interval_ms=1000 but create_fn made 2000"):
+        StreamingContext.get_or_create(str(tmp_path), lambda: create(2000))
+
+
+def test_receiver_wal_without_checkpoint_dir_fails_with_how_to_fix_it(spark):
+    with pytest.raises(ConfigError, match="checkpoint_dir=") as info:
+        StreamingContext(spark, 1000, config=StreamingConfig(receiver_wal_enabled=True))
+    assert "Cannot enable receiver write-ahead log without checkpoint directory set" in str(
+        info.value
+    )
