@@ -389,8 +389,8 @@ def render_steps_table(steps: Sequence[StepResult]) -> str:
     rows = [
         "| system | pipeline | offered lines/s | sent lines/s | processed lines/s "
         "| batch p50 / p95 ms "
-        "| sched delay p50 / max ms | latency p50 / p95 / max ms | sustained |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| sched delay p50 / max ms | latency p50 / p95 / max ms | load 1m | sustained |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in steps:
         verdict = "yes" if s.sustained else f"no: {s.reason}"
@@ -399,9 +399,15 @@ def render_steps_table(steps: Sequence[StepResult]) -> str:
             f"| {_num(s.processed_rate)} | {_num(s.batch_p50_ms)} / {_num(s.batch_p95_ms)} "
             f"| {_num(s.sched_delay_p50_ms)} / {_num(s.sched_delay_max_ms)} "
             f"| {_num(s.latency_p50_ms)} / {_num(s.latency_p95_ms)} / {_num(s.latency_max_ms)} "
-            f"| {verdict} |"
+            f"| {_load(s)} | {verdict} |"
         )
     return "\n".join(rows)
+
+
+def _load(step: StepResult) -> str:
+    """The 1-minute load average around a step (the higher of start and end), if recorded."""
+    load = step.extra.get("load_1m")
+    return f"{load:.1f}" if isinstance(load, int | float) else "-"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """Throughput rate ladder: every system, same machine, same run, same load (issue 11).
 
-    python -m bench.run --quick                       # smoke: 2 rates x 10 s, ~2 min
-    python -m bench.run                               # full ladder, bounded to 15 min
-    python -m bench.run --systems dstream --pipelines wordcount,ingest
+    python -m bench.run --quick                       # smoke: every section, ~5 min
+    python -m bench.run                               # every section, bounded to 15 min
+    python -m bench.run --sections throughput --systems dstream --pipelines wordcount,ingest
 
-Writes the ``throughput`` section of ``BENCHMARKS.md`` (other sections are kept), prints the
-same tables to stdout, and keeps every step's raw batches in ``bench/out/``.
+Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
+``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), then
+``throughput`` (issue 11, the rate ladder below) with what is left of the time budget.
+Each writes its own section of ``BENCHMARKS.md`` (other sections are kept) and prints its
+tables; raw results go to ``bench/out/``.
 
 Adding a system
 ---------------
@@ -32,11 +35,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 
+from bench import store_bench, tracker_bench
 from bench.harness import (
     LadderResult,
     Machine,
@@ -50,16 +56,18 @@ from bench.harness import (
     write_benchmarks_md,
 )
 from bench.peers import run_dstream, run_structured_socket
+from bench.receivers import run_spark_receivers, run_spark_receivers_wal, wal_status
 from bench.step import REPO_ROOT
 
 SYSTEMS: dict[str, Runner] = {
     "dstream": run_dstream,
     "structured_socket": run_structured_socket,
-    # "spark_receivers": run_spark_receivers,          # WAL off
-    # "spark_receivers_wal": run_spark_receivers_wal,  # WAL on
+    "spark_receivers": run_spark_receivers,  # receiver WAL off
+    "spark_receivers_wal": run_spark_receivers_wal,  # receiver and driver WAL on
 }
-"""Every system the ladder can run, by name; the lead adds spark-receivers here."""
+"""Every system the ladder can run, by name."""
 
+SECTIONS = ("store", "tracker", "throughput")
 FULL_RATES = [10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 600_000, 800_000]
 FULL_STEP_S = 20.0
 FULL_BUDGET_S = 15 * 60.0
@@ -83,6 +91,39 @@ the previous batch overran (what Spark logs as "Current batch is falling behind"
 Latency: batch completion minus the send time of the newest line in that batch.
 Systems are interleaved rate by rate, so background load on the machine hits all alike;
 a system stops climbing after its first unsustained step."""
+
+
+def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> list[str]:
+    """The command line ``bench.run`` gives the store or tracker benchmark."""
+    if section == "store":
+        argv = ["--seconds", "1" if quick else "5"]
+    elif section == "tracker":
+        argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
+    else:
+        raise ValueError(f"section must be store or tracker, got {section!r}")
+    argv += ["--output", output]
+    return [*argv, "--no-write"] if no_write else argv
+
+
+def throughput_notes(steps: list[StepResult]) -> str:
+    """NOTES plus what this run found out about itself: WAL in effect, machine load."""
+    parts = [NOTES]
+    wal = wal_status(steps)
+    if wal:
+        parts.append("WAL check (measured in the run, not assumed):\n\n" + wal)
+    loads = [s.extra["load_1m"] for s in steps if isinstance(s.extra.get("load_1m"), int | float)]
+    if loads:
+        parts.append(
+            f"The machine is shared: the 1-minute load average around the steps ranged "
+            f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores (column `load 1m`; "
+            "at the end of the run it was "
+            + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+            + "). Compare systems within one rate, which ran back to back."
+        )
+    analysis = REPO_ROOT / "bench" / "notes" / "throughput.md"  # hand-written, kept across runs
+    if analysis.exists():
+        parts.append(analysis.read_text().strip())
+    return "\n\n".join(parts)
 
 
 def _print_step(step: StepResult) -> None:
@@ -116,8 +157,9 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 2 rates, 10 s steps")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"from {','.join(SECTIONS)}")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"from {sorted(SYSTEMS)}")
-    p.add_argument("--pipelines", default="wordcount", help="wordcount,ingest")
+    p.add_argument("--pipelines", default="wordcount,ingest", help="wordcount,ingest")
     p.add_argument("--rates", help="comma-separated lines/s (overrides the ladder)")
     p.add_argument("--seconds", type=float, help="seconds per step")
     p.add_argument("--budget-minutes", type=float, help="stop starting steps after this")
@@ -127,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
 
+    sections = [x for x in args.sections.split(",") if x]
+    if not set(sections) <= set(SECTIONS):
+        p.error(f"--sections must be from {','.join(SECTIONS)}; got {args.sections}")
     names = [s for s in args.systems.split(",") if s]
     unknown = sorted(set(names) - set(SYSTEMS))
     if unknown:
@@ -146,10 +191,22 @@ def main(argv: list[str] | None = None) -> int:
         else (QUICK_BUDGET_S if args.quick else FULL_BUDGET_S)
     )
 
+    t0 = time.monotonic()
+    for section in ("store", "tracker"):
+        if section in sections:
+            print(f"\n## {section}\n", flush=True)
+            module = store_bench if section == "store" else tracker_bench
+            module.main(
+                section_argv(section, quick=args.quick, output=args.output, no_write=args.no_write)
+            )
+    if "throughput" not in sections:
+        return 0
+    budget_s -= time.monotonic() - t0  # one budget for every section
+
     machine = Machine.detect()
     when = dt.datetime.now(dt.UTC)
     command = "python -m bench.run " + shlex.join(argv if argv is not None else sys.argv[1:])
-    print(f"# {command}\n{machine.to_markdown()}\n", flush=True)
+    print(f"\n## throughput\n\n# {command}\n{machine.to_markdown()}\n", flush=True)
     result = run(
         {n: SYSTEMS[n] for n in names},
         rates=rates,
@@ -165,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {h.system:24} {h.pipeline:10} {h.label()}")
     print("\n" + (render_ratios(heads) or "(one system only: no ratios)"), flush=True)
     if result.skipped:
-        print(f"\nCut by the {budget_s / 60:.0f} min budget: {result.skipped}")
+        minutes = budget_s / 60
+        print(f"\nCut by the time budget ({minutes:.1f} min for this section): {result.skipped}")
+    wal = wal_status(result.steps)
+    if wal:
+        print("\n" + wal)
 
     out_dir = REPO_ROOT / "bench" / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
     if not args.no_write:
         section = render_throughput_section(
-            result, machine=machine, command=command, when=when, notes=NOTES
+            result,
+            machine=machine,
+            command=command,
+            when=when,
+            notes=throughput_notes(result.steps),
         )
         write_benchmarks_md(args.output, {"throughput": section})
         print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")

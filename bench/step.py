@@ -81,6 +81,7 @@ def run_child_step(
     error: str | None = None
     payload: dict[str, Any] = {}
     t_wall = time.monotonic()
+    load_at_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
     with LineServer(offered_rate, seconds, accept_timeout_s=startup_timeout_s) as server:
         cmd = [
             sys.executable, "-m", child_module, system,
@@ -160,6 +161,7 @@ def run_child_step(
     error = error or payload.get("error")
     batches = [BatchSample.from_dict(b) for b in payload.get("batches", [])]
     extra = dict(payload.get("extra", {}))
+    extra["load_1m"] = round(max(load_at_start, os.getloadavg()[0]), 2)
     extra["log"] = str(log_path.relative_to(REPO_ROOT))
     extra["raw"] = str(raw_path.relative_to(REPO_ROOT))
     return summarize_step(

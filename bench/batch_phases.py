@@ -1,0 +1,119 @@
+"""Where one spark-receivers batch spends its time: our block read path vs Spark alone.
+
+    python -m bench.batch_phases --blocks 5 --lines 20000 --iterations 12
+
+Serves ``--lines`` load-generator lines as ``--blocks`` Arrow blocks from a Flight block
+server in this process (the receiver's role), then times, per iteration on local Spark:
+
+- ``build``: ``block_source.blocks_dataframe`` (the driver builds the batch's DataFrame);
+- ``count_ds`` / ``wc_ds``: a line count / the benchmark's word count over that DataFrame
+  (reads every block through the Python data source and Flight);
+- ``count_cached`` / ``wc_cached``: the same over the same lines cached in Spark (Spark alone).
+
+``*_ds - *_cached`` is what our read path adds to a batch. Prints every iteration and the
+medians (iterations after the first two, which pay cold Python workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench.child import WORD_MARK, warmup_lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.batch_phases", description=__doc__)
+    p.add_argument("--blocks", type=int, default=5)
+    p.add_argument("--lines", type=int, default=20_000)
+    p.add_argument("--iterations", type=int, default=12)
+    p.add_argument("--master", default="local[4]")
+    args = p.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from spark_receivers.receiver.schema import DEFAULT_SCHEMA
+    from spark_receivers.rpc import messages as m
+    from spark_receivers.rpc.auth import new_secret
+    from spark_receivers.rpc.transport import FlightEndpoint
+    from spark_receivers.spark import block_source
+
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    block_source.register(spark)
+    secret = new_secret()
+    lines = warmup_lines(args.lines)
+    per = len(lines) // args.blocks
+    tables = {
+        f"input-0-1-{i}": pa.table({"value": pa.array(lines[i * per : (i + 1) * per], pa.string())})
+        for i in range(args.blocks)
+    }
+    server = FlightEndpoint(
+        "phases", "127.0.0.1", secret, m.SUPERVISOR_MESSAGES, lambda _: True,
+        lambda ticket: tables[ticket.decode()],
+    )  # fmt: skip
+    infos = [
+        m.ReceivedBlockInfo(0, name, t.num_rows, 0, server.address, t.nbytes)
+        for name, t in tables.items()
+    ]
+    schema = from_arrow_schema(DEFAULT_SCHEMA)
+
+    def word_count(df: Any) -> int:
+        words = F.concat(F.array(F.lit(WORD_MARK)), F.slice(F.split("value", " "), 2, 1000))
+        rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
+        return next((int(r["count"]) for r in rows if r["word"] == WORD_MARK), 0)
+
+    cached = spark.createDataFrame([(line,) for line in lines], "value string").cache()
+    cached.count()
+    phases: dict[str, list[float]] = {
+        k: [] for k in ("build", "count_ds", "wc_ds", "count_cached", "wc_cached")
+    }
+    try:
+        for it in range(args.iterations):
+            t: dict[str, float] = {}
+            s = time.perf_counter()
+            df = block_source.blocks_dataframe(spark, infos, schema, secret)
+            t["build"] = time.perf_counter() - s
+            s = time.perf_counter()
+            assert df.count() == per * args.blocks
+            t["count_ds"] = time.perf_counter() - s
+            s = time.perf_counter()
+            assert word_count(block_source.blocks_dataframe(spark, infos, schema, secret)) > 0
+            t["wc_ds"] = time.perf_counter() - s
+            s = time.perf_counter()
+            cached.count()
+            t["count_cached"] = time.perf_counter() - s
+            s = time.perf_counter()
+            word_count(cached)
+            t["wc_cached"] = time.perf_counter() - s
+            print(f"iter {it}: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in t.items()))
+            if it >= 2:
+                for k, v in t.items():
+                    phases[k].append(v * 1000)
+    finally:
+        server.close()
+        spark.stop()
+    medians = {k: round(statistics.median(v)) for k, v in phases.items() if v}
+    print("medians_ms " + json.dumps({**medians, "load_1m": round(os.getloadavg()[0], 2)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,523 @@
+"""The driver's tracker endpoint under 1,000 simulated supervisors (issue 5).
+
+    python -m bench.tracker_bench                       # 1,000 x 5 AddBlock/s for 20 s
+    python -m bench.tracker_bench --supervisors 200 --seconds 5 --no-write
+
+What runs: a **driver process** with the endpoint path of the ReceiverTracker, without
+Spark: a :class:`~spark_receivers.rpc.transport.FlightEndpoint` (authenticated, JSON
+messages decoded against ``TRACKER_MESSAGES``) whose ``AddBlock`` handler validates like
+``ReceiverTracker._add_block`` (known stream, well-formed block id of that stream,
+non-negative counts), adds to a real
+:class:`~spark_receivers.driver.received_block_tracker.ReceivedBlockTracker` and counts per
+receiver under a lock; a batch thread allocates the blocks to a batch every second and
+forgets old batches, as the JobGenerator does. **Client processes** each simulate a share of
+the supervisors: every supervisor has its own ``EndpointClient`` (its own gRPC channel, as in
+real executors), registers, then sends ``AddBlock`` open loop at its rate with a random
+phase, one call in flight at a time; a pool of threads per process serves the sends as they
+fall due.
+
+Reported: AddBlock/s completed over the window, latency (call to reply) p50/p99/max, how late
+sends started against their schedule (``lag``: the clients' own limit on this machine), and
+the driver process's CPU (user+system seconds from ``/proc/<pid>/stat`` over the window ÷
+the window). Clients and driver share the machine's cores; the clients' CPU is reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import heapq
+import json
+import multiprocessing as mp
+import os
+import random
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from bench.harness import Machine, write_benchmarks_md
+from bench.step import REPO_ROOT
+
+NOTES_DIR = REPO_ROOT / "bench" / "notes"  # hand-written analysis, kept across runs
+
+__all__ = [
+    "TrackerResult",
+    "cpu_seconds",
+    "percentile",
+    "render_tracker_section",
+    "schedule",
+    "summarize",
+]
+
+RECORDS_PER_BLOCK = 4000  # 20,000 records/s per receiver at a 200 ms block interval
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (as the throughput harness); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return float(ordered[int(rank) - 1])
+
+
+def schedule(
+    n_supervisors: int, rate_per_s: float, seconds: float, seed: int = 0
+) -> list[tuple[float, int]]:
+    """Every send of ``n_supervisors`` at ``rate_per_s`` each over ``seconds``, by due time.
+
+    Each supervisor starts at a random phase within its period, then sends every period:
+    ``(offset_s, supervisor_index)`` sorted by offset, all offsets in ``[0, seconds)``.
+    """
+    if rate_per_s <= 0:
+        raise ValueError(f"rate_per_s must be > 0, got {rate_per_s}")
+    period = 1.0 / rate_per_s
+    rng = random.Random(seed)
+    sends = []
+    for i in range(n_supervisors):
+        t = rng.uniform(0, period)
+        while t < seconds:
+            sends.append((t, i))
+            t += period
+    sends.sort()
+    return sends
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from ``/proc/<pid>/stat`` (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15)
+
+
+@dataclass(frozen=True)
+class TrackerResult:
+    """One run's numbers."""
+
+    supervisors: int
+    rate_per_supervisor: float
+    clients: int
+    seconds: float
+    offered: int
+    completed: int
+    failed: int
+    accepted_by_driver: int
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    latency_max_ms: float | None
+    lag_p99_ms: float | None
+    driver_cpu_pct: float
+    clients_cpu_pct: float
+    first_error: str | None = None
+
+    @property
+    def offered_rate(self) -> float:
+        return self.supervisors * self.rate_per_supervisor
+
+    @property
+    def completed_rate(self) -> float:
+        return self.completed / self.seconds if self.seconds > 0 else 0.0
+
+
+def summarize(
+    *,
+    supervisors: int,
+    rate: float,
+    clients: int,
+    seconds: float,
+    reports: Sequence[dict[str, Any]],
+    accepted: int,
+    driver_cpu_s: float,
+) -> TrackerResult:
+    """Merge the client processes' reports into one :class:`TrackerResult`."""
+    latencies = [x for r in reports for x in r["latencies_ms"]]
+    lags = [x for r in reports for x in r["lags_ms"]]
+    errors = [r["first_error"] for r in reports if r.get("first_error")]
+    return TrackerResult(
+        supervisors=supervisors,
+        rate_per_supervisor=rate,
+        clients=clients,
+        seconds=seconds,
+        offered=sum(r["offered"] for r in reports),
+        completed=len(latencies),
+        failed=sum(r["failed"] for r in reports),
+        accepted_by_driver=accepted,
+        latency_p50_ms=percentile(latencies, 50),
+        latency_p99_ms=percentile(latencies, 99),
+        latency_max_ms=max(latencies) if latencies else None,
+        lag_p99_ms=percentile(lags, 99),
+        driver_cpu_pct=100.0 * driver_cpu_s / seconds if seconds > 0 else 0.0,
+        clients_cpu_pct=100.0 * sum(r["cpu_s"] for r in reports) / seconds if seconds else 0.0,
+        first_error=errors[0] if errors else None,
+    )
+
+
+# -- the driver process --------------------------------------------------------------------------
+
+
+def _driver_main(secret: str, n_streams: int, conn: Connection, what_if: str = "") -> None:
+    from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
+    from spark_receivers.errors import RpcError
+    from spark_receivers.rpc import messages as m
+    from spark_receivers.rpc.transport import FlightEndpoint
+
+    if what_if == "cached-hints":
+        # What the proposed fix would give: rpc.messages._build resolves the type hints of
+        # a message class once, not on every decode. Patched in this process only.
+        import functools
+        import typing
+
+        typing.get_type_hints = functools.cache(typing.get_type_hints)  # type: ignore[assignment]
+
+    blocks = ReceivedBlockTracker(range(n_streams))
+    lock = threading.RLock()
+    counts = {s: [0, 0] for s in range(n_streams)}  # records, blocks per receiver
+    stop = threading.Event()
+
+    def known(stream_id: int) -> None:
+        if stream_id not in counts:
+            raise RpcError(f"unknown stream id {stream_id}")
+
+    def add_block(info: m.ReceivedBlockInfo) -> bool:
+        # The validation of ReceiverTracker._add_block, then the same bookkeeping.
+        known(info.stream_id)
+        block_id = m.StreamBlockId.parse(info.block_id)
+        if block_id.stream_id != info.stream_id:
+            raise RpcError(f"block {info.block_id} does not belong to stream {info.stream_id}")
+        if info.num_records < 0 or info.size_bytes < 0:
+            raise RpcError(f"block {info.block_id} has a negative record count or size")
+        ok = blocks.add_block(info)
+        if ok:
+            with lock:
+                c = counts[info.stream_id]
+                c[0] += info.num_records
+                c[1] += 1
+        return ok
+
+    def handle(message: Any) -> Any:
+        match message:
+            case m.AddBlock(block_info=info):
+                return add_block(info)
+            case m.RegisterReceiver(stream_id=sid):
+                known(sid)
+                return True
+            case m.DeregisterReceiver(stream_id=sid):
+                known(sid)
+                return True
+            case m.ReportError():
+                return None
+        raise RpcError(f"unexpected message {message!r:.100}")
+
+    def batches() -> None:
+        t = 0
+        while not stop.wait(1.0):
+            t += 1000
+            blocks.allocate_blocks_to_batch(t)
+            blocks.cleanup_old_batches(t - 2000)
+
+    server = FlightEndpoint("receiver-tracker", "127.0.0.1", secret, m.TRACKER_MESSAGES, handle)
+    threading.Thread(target=batches, daemon=True).start()
+    conn.send(server.address)
+    while True:
+        cmd = conn.recv()
+        if cmd == "stats":
+            with lock:
+                conn.send(sum(c[1] for c in counts.values()))
+        else:
+            stop.set()
+            server.close()
+            conn.send("bye")
+            return
+
+
+# -- a client process --------------------------------------------------------------------------
+
+
+def _client_main(
+    secret: str,
+    address: str,
+    streams: list[int],
+    rate: float,
+    seconds: float,
+    threads: int,
+    seed: int,
+    conn: Connection,
+) -> None:
+    from spark_receivers.rpc import messages as m
+    from spark_receivers.rpc.transport import EndpointClient
+
+    clients = [EndpointClient(address, secret, timeout_s=30) for _ in streams]
+    for c, sid in zip(clients, streams, strict=True):
+        ok = c.call(m.RegisterReceiver(sid, "BenchReceiver", "127.0.0.1", "bench", "127.0.0.1:1"))
+        if ok is not True:
+            raise RuntimeError(f"registration of {sid} refused")
+    session = int(time.time() * 1000)
+    seqs = [0] * len(streams)
+    busy = [threading.Lock() for _ in streams]  # one call in flight per supervisor
+    sends = schedule(len(streams), rate, seconds, seed)
+    heap = list(sends)
+    heap_lock = threading.Lock()
+    latencies: list[float] = []
+    lags: list[float] = []
+    failed = [0]
+    first_error: list[str] = []
+    conn.send("ready")
+    t0 = conn.recv()  # the common start time (monotonic, one clock per host)
+    cpu0 = cpu_seconds(os.getpid())
+
+    window_end = t0 + seconds
+
+    def work() -> None:
+        while True:
+            with heap_lock:
+                if not heap or time.monotonic() >= window_end:
+                    # Sends still queued at the end of the window were never made: the
+                    # clients (or the driver) fell behind; they count as offered, not done.
+                    return
+                offset, i = heapq.heappop(heap)
+            due = t0 + offset
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            with busy[i]:
+                sid = streams[i]
+                seq = seqs[i]
+                seqs[i] += 1
+                info = m.ReceivedBlockInfo(
+                    stream_id=sid,
+                    block_id=f"input-{sid}-{session}-{seq}",
+                    num_records=RECORDS_PER_BLOCK,
+                    generated_ms=int(time.time() * 1000),
+                    store_endpoint="127.0.0.1:1",
+                    size_bytes=RECORDS_PER_BLOCK * 112,
+                )
+                start = time.monotonic()
+                try:
+                    ok = clients[i].call(m.AddBlock(info))
+                except Exception as e:
+                    failed[0] += 1
+                    if not first_error:
+                        first_error.append(f"{type(e).__name__}: {e}"[:300])
+                    continue
+                end = time.monotonic()
+                if ok is True:
+                    latencies.append((end - start) * 1000)
+                    lags.append((start - due) * 1000)
+                else:
+                    failed[0] += 1
+
+    pool = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    cpu = cpu_seconds(os.getpid()) - cpu0
+    for c in clients:
+        c.close()
+    conn.send(
+        {
+            "offered": len(sends),
+            "latencies_ms": latencies,
+            "lags_ms": lags,
+            "failed": failed[0],
+            "first_error": first_error[0] if first_error else None,
+            "cpu_s": cpu,
+        }
+    )
+
+
+def run(
+    supervisors: int, rate: float, seconds: float, clients: int, threads: int, what_if: str = ""
+) -> TrackerResult:
+    """One run: a driver process, ``clients`` client processes; blocks for the run."""
+    from spark_receivers.rpc.auth import new_secret
+
+    ctx = mp.get_context("spawn")
+    secret = new_secret()
+    d_conn, d_child = ctx.Pipe()
+    driver = ctx.Process(
+        target=_driver_main, args=(secret, supervisors, d_child, what_if), daemon=True
+    )
+    driver.start()
+    if not d_conn.poll(60):
+        raise RuntimeError("driver process did not start within 60 s")
+    address = d_conn.recv()
+    print(f"driver process {driver.pid} at {address}", file=sys.stderr, flush=True)  # py-spy
+    shares = [list(range(supervisors))[k::clients] for k in range(clients)]
+    procs, conns = [], []
+    for k, share in enumerate(shares):
+        c_conn, c_child = ctx.Pipe()
+        p = ctx.Process(
+            target=_client_main,
+            args=(secret, address, share, rate, seconds, threads, k, c_child),
+            daemon=True,
+        )
+        p.start()
+        procs.append(p)
+        conns.append(c_conn)
+    try:
+        for c in conns:
+            if not c.poll(120) or c.recv() != "ready":
+                raise RuntimeError("a client process did not get ready within 120 s")
+        d_conn.send("stats")
+        accepted0 = d_conn.recv()
+        t0 = time.monotonic() + 0.5
+        cpu0 = cpu_seconds(driver.pid)  # type: ignore[arg-type]
+        for c in conns:
+            c.send(t0)
+        # The driver's CPU over the send window only (clients' tail calls are a few ms).
+        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+        driver_cpu = cpu_seconds(driver.pid) - cpu0  # type: ignore[arg-type]
+        reports = []
+        for c in conns:
+            if not c.poll(seconds + 120):
+                raise RuntimeError("a client process did not report within its window + 120 s")
+            reports.append(c.recv())
+        d_conn.send("stats")
+        accepted = d_conn.recv() - accepted0
+    finally:
+        d_conn.send("stop")
+        d_conn.poll(10)
+        for p in [*procs, driver]:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    return summarize(
+        supervisors=supervisors,
+        rate=rate,
+        clients=clients,
+        seconds=seconds,
+        reports=reports,
+        accepted=accepted,
+        driver_cpu_s=driver_cpu,
+    )
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def render_tracker_section(
+    results: Sequence[TrackerResult],
+    *,
+    machine: Machine,
+    command: str,
+    when: dt.datetime,
+    notes: str = "",
+) -> str:
+    """The ``tracker`` section of BENCHMARKS.md (without its markers)."""
+    rows = [
+        "| supervisors x AddBlock/s | offered/s | completed AddBlock/s | failed "
+        "| latency p50 / p99 / max ms | send lag p99 ms | driver CPU | clients CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        rows.append(
+            f"| {r.supervisors:,} x {r.rate_per_supervisor:g} | {r.offered_rate:,.0f} "
+            f"| {r.completed_rate:,.0f} | {r.failed:,} "
+            f"| {_ms(r.latency_p50_ms)} / {_ms(r.latency_p99_ms)} / {_ms(r.latency_max_ms)} "
+            f"| {_ms(r.lag_p99_ms)} | {r.driver_cpu_pct:.0f} % | {r.clients_cpu_pct:.0f} % |"
+        )
+    errors = [f"- {r.supervisors} x {r.rate_per_supervisor:g}: {r.first_error}"
+              for r in results if r.first_error]  # fmt: skip
+    return "\n".join(
+        [
+            "## Tracker: AddBlock from 1,000 simulated supervisors",
+            "",
+            f"Run {when:%Y-%m-%d %H:%M %Z} with:",
+            "",
+            f"    {command}",
+            "",
+            machine.to_markdown(),
+            "",
+            __doc__.split("\n\n", 2)[2].strip() if __doc__ else "",
+            "",
+            "\n".join(rows),
+            "",
+            ("First errors:\n" + "\n".join(errors)) if errors else "",
+            "",
+            "CPU is % of one core (200 % = both cores of this machine).",
+            "",
+            notes.strip(),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.tracker_bench", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--supervisors", type=int, default=1000)
+    p.add_argument(
+        "--rates", default="5", help="AddBlock/s per supervisor, comma-separated (one run each)"
+    )
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--clients", type=int, default=4, help="client processes")
+    p.add_argument("--threads", type=int, default=32, help="sender threads per client process")
+    p.add_argument(
+        "--what-if",
+        choices=["", "cached-hints"],
+        default="",
+        help="measure a proposed fix, patched into the driver process only",
+    )
+    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
+    p.add_argument("--notes-file", help="Markdown appended (default bench/notes/tracker.md)")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    machine = Machine.detect()
+    when = dt.datetime.now(dt.UTC)
+    command = "python -m bench.tracker_bench " + shlex.join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    results = []
+    for rate in [float(x) for x in args.rates.split(",") if x]:
+        r = run(args.supervisors, rate, args.seconds, args.clients, args.threads, args.what_if)
+        results.append(r)
+        print(
+            f"{r.supervisors} x {rate:g}/s: {r.completed_rate:,.0f} AddBlock/s completed "
+            f"(offered {r.offered_rate:,.0f}/s, failed {r.failed}), latency p50 "
+            f"{_ms(r.latency_p50_ms)} p99 {_ms(r.latency_p99_ms)} max {_ms(r.latency_max_ms)} "
+            f"ms, lag p99 {_ms(r.lag_p99_ms)} ms, driver CPU {r.driver_cpu_pct:.0f} %, "
+            f"clients CPU {r.clients_cpu_pct:.0f} %",
+            flush=True,
+        )
+        if r.first_error:
+            print(f"  first error: {r.first_error}", flush=True)
+    out = REPO_ROOT / "bench" / "out" / f"tracker-{when:%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "command": command,
+                "machine": asdict(machine),
+                "results": [{**asdict(r), "completed_rate": r.completed_rate} for r in results],
+            },
+            indent=1,
+        )
+    )
+    if not args.no_write:
+        notes_file = Path(args.notes_file) if args.notes_file else NOTES_DIR / "tracker.md"
+        notes = notes_file.read_text() if notes_file.exists() else ""
+        section = render_tracker_section(
+            results, machine=machine, command=command, when=when, notes=notes
+        )
+        write_benchmarks_md(args.output, {"tracker": section})
+        print(f"wrote section 'tracker' of {args.output}; raw in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Pure logic of the benchmarks: WAL verdicts, send schedules, reports (no Spark, no servers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ is a top-level directory of the repository, not part of the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.harness import Machine, StepResult, render_steps_table
+from bench.receivers import wal_status
+from bench.run import section_argv, throughput_notes
+from bench.store_bench import (
+    RECORD_BYTES,
+    FormResult,
+    floor_rate,
+    make_records,
+    render_store_section,
+)
+from bench.tracker_bench import (
+    TrackerResult,
+    cpu_seconds,
+    percentile,
+    render_tracker_section,
+    schedule,
+    summarize,
+)
+
+MACHINE = Machine(2, "test cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
+WHEN = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def step(system: str, **extra: object) -> StepResult:
+    return StepResult(system, "wordcount", 10_000, 10.0, 100, 100, extra=dict(extra))
+
+
+# -- WAL verdict ---------------------------------------------------------------------------------
+
+
+def test_wal_in_effect_needs_driver_wal_handles_and_bytes():
+    report = {"driver_wal": True, "blocks": 10, "blocks_with_wal_handle": 10}
+    ok = step("spark_receivers_wal", wal={**report, "checkpoint_bytes": 5000})
+    assert "WAL in effect" in wal_status([ok])
+    assert "NOT in effect" not in wal_status([ok])
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"driver_wal": False, "blocks": 10, "blocks_with_wal_handle": 0, "checkpoint_bytes": 0},
+        {"driver_wal": True, "blocks": 10, "blocks_with_wal_handle": 0, "checkpoint_bytes": 900},
+        {"driver_wal": True, "blocks": 10, "blocks_with_wal_handle": 10, "checkpoint_bytes": 0},
+    ],
+)
+def test_wal_not_in_effect_is_reported_loudly(report):
+    text = wal_status([step("spark_receivers_wal", wal=report)])
+    assert "NOT in effect" in text
+    assert "spark_receivers_wal" in text
+
+
+def test_wal_status_sums_steps_and_ignores_other_systems():
+    a = {"driver_wal": True, "blocks": 3, "blocks_with_wal_handle": 3, "checkpoint_bytes": 10}
+    text = wal_status([step("dstream"), step("spark_receivers_wal", wal=a)] * 2)
+    assert "6/6 blocks" in text and "20 bytes" in text
+    assert "dstream" not in text
+    assert wal_status([step("dstream")]) == ""
+
+
+def test_wal_status_without_report_names_the_error():
+    s = StepResult("spark_receivers_wal", "wordcount", 10, 1.0, 0, 0, error="ConfigError: boom")
+    assert "no WAL report" in wal_status([s]) and "ConfigError: boom" in wal_status([s])
+
+
+# -- run.py --------------------------------------------------------------------------------------
+
+
+def test_section_argv_is_bounded_and_passes_output():
+    assert section_argv("store", quick=True, output="X.md", no_write=False) == [
+        "--seconds", "1", "--output", "X.md",
+    ]  # fmt: skip
+    full = section_argv("tracker", quick=False, output="X.md", no_write=True)
+    assert full[full.index("--seconds") + 1] == "20" and full[-1] == "--no-write"
+    with pytest.raises(ValueError, match="store or tracker"):
+        section_argv("throughput", quick=True, output="X.md", no_write=False)
+
+
+def test_throughput_notes_carry_load_and_wal_verdict():
+    report = {"driver_wal": False, "blocks": 1, "blocks_with_wal_handle": 0}
+    steps = [
+        step("dstream", load_1m=3.5),
+        step("spark_receivers_wal", load_1m=9.25, wal={**report, "checkpoint_bytes": 0}),
+    ]
+    notes = throughput_notes(steps)
+    assert "3.5-9.2" in notes and "NOT in effect" in notes
+    assert "| 9.2 |" in render_steps_table(steps) or "| 9.3 |" in render_steps_table(steps)
+
+
+# -- store bench ---------------------------------------------------------------------------------
+
+
+def test_records_are_distinct_and_100_bytes():
+    records = make_records()
+    assert len(set(records)) == len(records) == 1000
+    assert {len(r.encode()) for r in records} == {RECORD_BYTES}
+
+
+def test_floor_rate_is_positive():
+    assert floor_rate(make_records(10), 0.01) > 0
+
+
+def test_store_section_marks_missed_targets_and_ratio():
+    results = [
+        FormResult("one", 1_000_000, 1.0, 2.0, 10, floor=1e6),
+        FormResult("arrow", 40_000_000, 1.0, 1.0, 9, floor=1e6),
+    ]
+    text = render_store_section(results, machine=MACHINE, command="c", when=WHEN)
+    one = next(line for line in text.splitlines() if line.startswith("| one "))
+    arrow = next(line for line in text.splitlines() if line.startswith("| arrow "))
+    assert "500,000" in one and "| 1,000,000 | 0.50 | 0.26 | yes |" in one  # ratio met
+    assert "| **no** |" in one
+    assert "| yes | 1,000,000 | 40.00 | 5.26 | yes |" in arrow
+
+
+# -- tracker bench -------------------------------------------------------------------------------
+
+
+def test_schedule_sends_every_supervisor_at_its_rate_in_order():
+    sends = schedule(10, 5.0, 2.0, seed=1)
+    assert [t for t, _ in sends] == sorted(t for t, _ in sends)
+    assert all(0 <= t < 2.0 for t, _ in sends)
+    per = {i: [t for t, j in sends if j == i] for i in range(10)}
+    for times in per.values():
+        assert len(times) == 10
+        assert all(abs((b - a) - 0.2) < 1e-9 for a, b in itertools.pairwise(times))
+    with pytest.raises(ValueError, match="rate_per_s"):
+        schedule(1, 0, 1.0)
+
+
+def test_percentile_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile(list(range(1, 101)), 99) == 99.0
+
+
+def test_summarize_merges_client_reports():
+    reports = [
+        {"offered": 10, "latencies_ms": [1.0, 2.0], "lags_ms": [0.0, 1.0], "failed": 1,
+         "first_error": None, "cpu_s": 0.5},
+        {"offered": 10, "latencies_ms": [3.0], "lags_ms": [5.0], "failed": 0,
+         "first_error": "RpcError: x", "cpu_s": 0.5},
+    ]  # fmt: skip
+    r = summarize(
+        supervisors=4, rate=5.0, clients=2, seconds=2.0, reports=reports, accepted=3,
+        driver_cpu_s=1.0,
+    )  # fmt: skip
+    assert (r.offered, r.completed, r.failed, r.latency_max_ms) == (20, 3, 1, 3.0)
+    assert r.completed_rate == 1.5 and r.offered_rate == 20.0
+    assert r.driver_cpu_pct == 50.0 and r.clients_cpu_pct == 50.0
+    assert r.first_error == "RpcError: x"
+    text = render_tracker_section([r], machine=MACHINE, command="c", when=WHEN)
+    assert "| 4 x 5 | 20 | 2 | 1 |" in text and "RpcError: x" in text
+
+
+def test_tracker_result_rates_with_zero_window():
+    r = TrackerResult(1, 5.0, 1, 0.0, 0, 0, 0, 0, None, None, None, None, 0.0, 0.0)
+    assert r.completed_rate == 0.0
+
+
+def test_cpu_seconds_of_this_process():
+    assert cpu_seconds(os.getpid()) > 0
+
+
+# -- profile summary -----------------------------------------------------------------------------
+
+
+def test_profile_summary_self_and_inclusive_shares():
+    from bench.profile_summary import frame_key, parse_collapsed, summarize_profile
+
+    raw = [
+        "thread (0x1);run (a.py:1);store (receiver.py:90);add_data (block_generator.py:150) 6\n",
+        "thread (0x1);run (a.py:1);store (receiver.py:91) 2\n",
+        "thread (0x2);push (b.py:3) 2\n",
+        "garbage line\n",
+    ]
+    stacks = parse_collapsed(raw)
+    assert len(stacks) == 3
+    assert frame_key("store (/x/y/receiver.py:90)") == "store (receiver.py)"
+    prof = summarize_profile(stacks)
+    assert prof.total == 10
+    rows = {k: (s, i) for k, s, i in prof.rows(10)}
+    assert rows["store (receiver.py)"] == (20.0, 80.0)
+    assert rows["add_data (block_generator.py)"] == (60.0, 60.0)
+    only = summarize_profile(stacks, thread="0x2")
+    assert only.total == 2
+    under = summarize_profile(stacks, under="store")
+    assert under.total == 8 and "run (a.py)" not in under.inclusive
