@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lines", type=int, default=20_000)
     p.add_argument("--iterations", type=int, default=12)
     p.add_argument("--master", default="local[4]")
+    p.add_argument("--partitions", type=int, default=None, help="read tasks (default: Spark's)")
     args = p.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -89,13 +90,22 @@ def main(argv: list[str] | None = None) -> int:
         for it in range(args.iterations):
             t: dict[str, float] = {}
             s = time.perf_counter()
-            df = block_source.blocks_dataframe(spark, infos, schema, secret)
+            df = block_source.blocks_dataframe(
+                spark, infos, schema, secret, max_partitions=args.partitions
+            )
             t["build"] = time.perf_counter() - s
             s = time.perf_counter()
             assert df.count() == per * args.blocks
             t["count_ds"] = time.perf_counter() - s
             s = time.perf_counter()
-            assert word_count(block_source.blocks_dataframe(spark, infos, schema, secret)) > 0
+            assert (
+                word_count(
+                    block_source.blocks_dataframe(
+                        spark, infos, schema, secret, max_partitions=args.partitions
+                    )
+                )
+                > 0
+            )
             t["wc_ds"] = time.perf_counter() - s
             s = time.perf_counter()
             cached.count()

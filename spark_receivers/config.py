@@ -143,6 +143,10 @@ class StreamingConfig:
         "spark.streaming.stopGracefullyOnShutdown",
         "On SIGTERM, stop the StreamingContext gracefully (received == processed).",
     )
+    batch_read_partitions: int = _key(
+        "spark.streaming.batch.readPartitions",
+        "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
+    )
 
     # The dataclass defaults live here, once, so that `from_spark_conf` and the
     # constructor agree.
@@ -196,6 +200,7 @@ class StreamingConfig:
         _bool(self, "driver_wal_allow_batching")
         _positive_int(self, "driver_wal_batching_timeout_ms")
         _bool(self, "stop_gracefully_on_shutdown")
+        _non_negative(self, "batch_read_partitions", integral=True)
 
     def replace(self, **changes: Any) -> StreamingConfig:
         """Return a copy with ``changes`` applied (and validated)."""
@@ -265,6 +270,7 @@ _DEFAULTS: dict[str, Any] = {
     "driver_wal_allow_batching": True,
     "driver_wal_batching_timeout_ms": 5000,
     "stop_gracefully_on_shutdown": False,
+    "batch_read_partitions": 0,
 }
 
 _UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}

@@ -343,12 +343,29 @@ class StreamingContext:
             self.spark.stop()
         log.info("streaming context stopped (graceful=%s)", graceful)
 
+    def _read_partitions(self) -> int:
+        """Read tasks per stream and batch: ``batch_read_partitions``, or one wave.
+
+        One wave is the task slots the receivers leave free (each holds a slot for
+        as long as it runs); in local mode also no more than the host's cores, since
+        ``local[N]`` may offer more slots than there are cores, and on a busy core
+        every extra Python read task costs more than it reads.
+        """
+        if self.config.batch_read_partitions:
+            return self.config.batch_read_partitions
+        sc = self.spark.sparkContext
+        free = sc.defaultParallelism - len(self._streams)
+        master = sc.master or ""
+        if master.startswith("local[") or master == "local":
+            free = min(free, os.cpu_count() or 1)
+        return max(1, free)
+
     def _warm_up_block_reader(self) -> None:
         """Start the block reader's Python workers before the first batch needs them."""
         sc = self.spark.sparkContext
         try:
             sc.setJobGroup(WARM_UP_JOB_GROUP, "spark-receivers: warm up the block reader", True)
-            block_source.warm_up(self.spark, max(1, sc.defaultParallelism - len(self._streams)))
+            block_source.warm_up(self.spark, self._read_partitions())
         except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
             log.debug("block reader warm-up did not finish: %s", e)
 
@@ -461,7 +478,12 @@ class StreamingContext:
             if stream_blocks:
                 schema = from_arrow_schema(stream.receiver.schema)
                 df = block_source.blocks_dataframe(
-                    self.spark, stream_blocks, schema, self._secret, self.checkpoint_dir
+                    self.spark,
+                    stream_blocks,
+                    schema,
+                    self._secret,
+                    self.checkpoint_dir,
+                    self._read_partitions(),
                 )
             else:
                 df = self._empty_dataframe(stream)

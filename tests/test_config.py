@@ -64,6 +64,11 @@ def test_read_from_spark_conf_with_units():
             r"must be >= 0, got -0.1",
         ),
         ({"backpressure_pid_min_rate": 0}, "spark.streaming.backpressure.pid.minRate"),
+        (
+            {"batch_read_partitions": -1},
+            r"batch_read_partitions \(spark.streaming.batch.readPartitions\) must be an "
+            r"integer >= 0, got -1",
+        ),
     ],
 )
 def test_bad_values_name_key_and_value(kwargs, message):

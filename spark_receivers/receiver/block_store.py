@@ -69,8 +69,13 @@ class BlockStore:
         return name in self._blocks
 
     def put(self, name: str, table: pa.Table, generated_ms: int) -> int:
-        """Store a block; return its size in bytes."""
-        size = table.nbytes
+        """Store a block; return the bytes of memory it holds.
+
+        A buffer the table references several times (a receiver storing slices of
+        one batch, or the same batch twice) is counted once: this is the memory the
+        block keeps alive, which is what the budget bounds.
+        """
+        size = table.get_total_buffer_size()
         spill = (
             self._level is StorageLevel.MEMORY_AND_DISK and self._memory_bytes + size > self._budget
         )

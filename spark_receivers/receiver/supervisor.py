@@ -138,6 +138,9 @@ class ReceiverSupervisor:
         self.add_text: Callable[[str], None] | None = (
             self._generator.add_data if self._default_schema else None
         )
+        # pyarrow imports pandas on its first conversion of a Python list (~1 s under
+        # the GIL): pay that here, not in the first block's push while the receiver stores.
+        records_to_table([], self._schema)
         receiver._attach(self, stream_id)
 
     # --- lifecycle ----------------------------------------------------------
