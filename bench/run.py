@@ -96,7 +96,7 @@ a system stops climbing after its first unsustained step."""
 def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> list[str]:
     """The command line ``bench.run`` gives the store or tracker benchmark."""
     if section == "store":
-        argv = ["--seconds", "1" if quick else "5"]
+        argv = ["--seconds", "1" if quick else "5", "--pipeline-seconds", "10" if quick else "30"]
     elif section == "tracker":
         argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
     else:

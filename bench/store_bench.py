@@ -21,6 +21,11 @@ block store and the driver accepted its block)``: the whole path, not just the b
 append. The floor is ``list.append`` under a ``threading.Lock`` over the same records with
 the same loop, measured for 2 s right before each form (the machine is shared and its speed
 drifts within a run); ``÷ floor`` is the form's rate ÷ that floor.
+
+The second table runs the same forms **through the whole pipeline on local Spark**
+(``bench/store_pipeline.py``, in a child process): a StreamingContext whose receiver stores
+the form as fast as it may, 1 s batches counting their rows, backpressure on so that the
+receiver settles at the rate the pipeline sustains; measured over the second half of the run.
 """
 
 from __future__ import annotations
@@ -273,6 +278,7 @@ def render_store_section(
     command: str,
     when: dt.datetime,
     notes: str = "",
+    pipeline: list[dict[str, Any]] | None = None,
 ) -> str:
     """The ``store`` section of BENCHMARKS.md (without its markers)."""
     rows = [
@@ -312,9 +318,65 @@ def render_store_section(
             "",
             "\n".join(rows),
             "",
+            *(
+                [
+                    "Through the whole pipeline on local Spark (`local[4]`, second half of "
+                    "each run):",
+                    "",
+                    render_pipeline_table(pipeline),
+                    "",
+                ]
+                if pipeline
+                else []
+            ),
             notes.strip(),
         ]
     )
+
+
+PIPELINE_HEADER = (
+    "| form | records/s through the pipeline | receiver rate limit | batches | "
+    "batch p50 ms | max scheduling delay ms |\n|---|---:|---:|---:|---:|---:|"
+)
+
+
+def run_pipeline(forms: list[str], seconds: float) -> list[dict[str, Any]]:
+    """Run ``bench.store_pipeline`` in a child process (it owns the JVM); its results."""
+    import subprocess
+
+    from bench.store_pipeline import RESULT
+
+    cmd = [sys.executable, "-m", "bench.store_pipeline", "--forms", ",".join(forms)]
+    cmd += ["--seconds", str(seconds)]
+    done = subprocess.run(
+        cmd,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=len(forms) * (seconds + 60) + 120,
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT):
+            results: list[dict[str, Any]] = json.loads(line[len(RESULT) :])
+            return results
+    tail = (done.stderr or done.stdout)[-2000:]
+    raise RuntimeError(f"store pipeline child failed (exit {done.returncode}): {tail}")
+
+
+def render_pipeline_table(results: list[dict[str, Any]]) -> str:
+    """The whole-pipeline rows of the store section."""
+
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f}"
+
+    rows = [PIPELINE_HEADER]
+    for r in results:
+        rows.append(
+            f"| {r['form']} | {num(r['rate'])} | {num(r['rate_limit'])} | {r['batches']} "
+            f"| {num(r['batch_p50_ms'])} | {num(r['max_sched_delay_ms'])} |"
+        )
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,6 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
     p.add_argument("--notes-file", help="Markdown appended (default bench/notes/store.md)")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument(
+        "--pipeline-seconds",
+        type=float,
+        default=30.0,
+        help="seconds per form through the whole pipeline on local Spark (0: skip)",
+    )
     args = p.parse_args(argv)
     from spark_receivers.rpc.auth import new_secret
 
@@ -348,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r.floor_ratio:.2f}x the floor of {floor:,.0f})",
                 flush=True,
             )
+    pipeline: list[dict[str, Any]] = []
+    if args.pipeline_seconds > 0:
+        pipeline = run_pipeline(forms, args.pipeline_seconds)
+        print("\nthrough the whole pipeline on local Spark:\n" + render_pipeline_table(pipeline))
     out = REPO_ROOT / "bench" / "out" / f"store-{when:%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -358,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 "results": [
                     {**asdict(r), "rate": r.rate, "floor_ratio": r.floor_ratio} for r in results
                 ],
+                "pipeline": pipeline,
             },
             indent=1,
         )
@@ -366,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         notes_file = Path(args.notes_file) if args.notes_file else NOTES_DIR / "store.md"
         notes = notes_file.read_text() if notes_file.exists() else ""
         section = render_store_section(
-            results, machine=machine, command=command, when=when, notes=notes
+            results, machine=machine, command=command, when=when, notes=notes, pipeline=pipeline
         )
         write_benchmarks_md(args.output, {"store": section})
         print(f"wrote section 'store' of {args.output}; raw in {out}")

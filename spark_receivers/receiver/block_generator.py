@@ -123,7 +123,12 @@ class BlockGenerator:
         self._buffer: list[Any] = []
         self._parts: list[list[Any] | pa.Table] = []
         self._waiting_for_room = False
-        # True while ACTIVE and not waiting for room: the one flag adds check.
+        # Records the rate limiter already let through for add_data, spent under the lock
+        # (taking a token per record from the limiter would cost more than the append).
+        self._metered = False
+        self._credit = 0
+        # True while ACTIVE, not waiting for room, and unmetered or with credit left:
+        # the one flag add_data checks on its fast path.
         self._open = False
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=block_queue_size)
         self._timer = RecurringTimer(
@@ -152,7 +157,8 @@ class BlockGenerator:
                 msg = f"cannot start BlockGenerator {self._name} in state {self._state.name}"
                 raise StateError(msg)
             self._state = BlockGeneratorState.ACTIVE
-            self._open = True
+            self._metered = self.rate_limiter.limited
+            self._reopen()
         self._timer.start()
         self._pusher.start()
 
@@ -180,12 +186,42 @@ class BlockGenerator:
 
     def add_data(self, record: Any) -> None:
         """Add one record to the current buffer (blocks under rate limit or a full queue)."""
-        if self.rate_limiter.limited:
-            self.rate_limiter.acquire(1, self._interrupt)
         with self._lock:
-            if not self._open:
-                self._wait_until_open()
-            self._buffer.append(record)
+            if self._open:
+                self._buffer.append(record)
+                if self._metered:
+                    self._credit -= 1
+                    if self._credit <= 0:
+                        self._open = False
+                return
+        self._add_data_slowly(record)
+
+    def _add_data_slowly(self, record: Any) -> None:
+        """``add_data`` when it must wait: for room, for tokens, or to raise when stopped."""
+        while True:
+            with self._lock:
+                self._wait_until_open()  # raises unless ACTIVE
+                if not self._metered or self._credit > 0:
+                    self._buffer.append(record)
+                    if self._metered:
+                        self._credit -= 1
+                    self._reopen()
+                    return
+            # Out of credit: take ~10 ms worth of tokens at once, outside the lock.
+            rate = self.rate_limiter.rate
+            chunk = max(1, int((rate or 0) / 100))
+            self.rate_limiter.acquire(chunk, self._interrupt)
+            with self._lock:
+                self._credit += chunk
+                self._metered = self.rate_limiter.limited
+
+    def _reopen(self) -> None:
+        """Under the lock: recompute the fast-path flag of ``add_data``."""
+        self._open = (
+            self._state is BlockGeneratorState.ACTIVE
+            and not self._waiting_for_room
+            and (not self._metered or self._credit > 0)
+        )
 
     def add_many(self, records: Iterable[Any]) -> int:
         """Add many records in one call; return how many were added."""
@@ -230,6 +266,9 @@ class BlockGenerator:
     def update_rate(self, rate: float) -> None:
         """Change the rate limit (ignored when ≤ 0; capped at the max rate)."""
         self.rate_limiter.update_rate(rate)
+        with self._lock:
+            self._metered = self.rate_limiter.limited
+            self._reopen()
 
     def _wait_until_open(self) -> None:
         """Under the lock: wait while a cut block waits for room; raise unless ACTIVE."""
@@ -266,7 +305,7 @@ class BlockGenerator:
             self._queue.put(block)
             with self._lock:
                 self._waiting_for_room = False
-                self._open = self._state is BlockGeneratorState.ACTIVE
+                self._reopen()
                 self._room.notify_all()
 
     def _keep_pushing(self) -> None:

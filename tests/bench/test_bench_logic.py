@@ -77,12 +77,24 @@ def test_wal_status_without_report_names_the_error():
     assert "no WAL report" in wal_status([s]) and "ConfigError: boom" in wal_status([s])
 
 
+def test_pipeline_table_renders_missing_values_as_dashes():
+    from bench.store_bench import render_pipeline_table
+
+    table = render_pipeline_table(
+        [
+            {"form": "one", "rate": 624312.5, "rate_limit": None, "batches": 16,
+             "batch_p50_ms": 578.0, "max_sched_delay_ms": None},
+        ]  # fmt: skip
+    )
+    assert table.splitlines()[-1] == "| one | 624,312 | - | 16 | 578 | - |"
+
+
 # -- run.py --------------------------------------------------------------------------------------
 
 
 def test_section_argv_is_bounded_and_passes_output():
     assert section_argv("store", quick=True, output="X.md", no_write=False) == [
-        "--seconds", "1", "--output", "X.md",
+        "--seconds", "1", "--pipeline-seconds", "10", "--output", "X.md",
     ]  # fmt: skip
     full = section_argv("tracker", quick=False, output="X.md", no_write=True)
     assert full[full.index("--seconds") + 1] == "20" and full[-1] == "--no-write"
