@@ -82,9 +82,15 @@ def test_pipeline_table_renders_missing_values_as_dashes():
 
     table = render_pipeline_table(
         [
-            {"form": "one", "rate": 624312.5, "rate_limit": None, "batches": 16,
-             "batch_p50_ms": 578.0, "max_sched_delay_ms": None},
-        ]  # fmt: skip
+            {
+                "form": "one",
+                "rate": 624312.5,
+                "rate_limit": None,
+                "batches": 16,
+                "batch_p50_ms": 578.0,
+                "max_sched_delay_ms": None,
+            },
+        ]
     )
     assert table.splitlines()[-1] == "| one | 624,312 | - | 16 | 578 | - |"
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from spark_receivers import SocketTextReceiver
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.rpc import messages as m
 from spark_receivers.receivers.socket_text import _split_lines
+from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.testing import StandInTracker, supervise
 
