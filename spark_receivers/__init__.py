@@ -16,6 +16,7 @@ from spark_receivers.driver.listener import (
 from spark_receivers.errors import (
     BlockNotFoundError,
     ConfigError,
+    OffsetError,
     ReceiverError,
     RpcError,
     SparkReceiversError,
@@ -33,7 +34,7 @@ from spark_receivers.receivers import (
     RedisStreamReceiver,
     SocketTextReceiver,
 )
-from spark_receivers.stream import DataFrameStream, ReceiverInputStream
+from spark_receivers.stream import DataFrameStream, ReceiverInputStream, StructuredReceiverStream
 
 __version__ = "0.1.0.dev0"
 
@@ -49,6 +50,7 @@ __all__ = [
     "HttpReceiver",
     "LineSource",
     "MqttReceiver",
+    "OffsetError",
     "OutputOperationInfo",
     "Receiver",
     "ReceiverError",
@@ -64,6 +66,7 @@ __all__ = [
     "StreamingContext",
     "StreamingError",
     "StreamingListener",
+    "StructuredReceiverStream",
     "WriteAheadLogError",
     "__version__",
 ]

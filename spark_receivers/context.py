@@ -34,9 +34,14 @@ from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.transport import local_bind_host
-from spark_receivers.spark import block_source
+from spark_receivers.spark import block_source, stream_source
 from spark_receivers.spark.block_fetch import LOST_BLOCK_RE
-from spark_receivers.stream import BatchFunction, DataFrameStream, ReceiverInputStream
+from spark_receivers.stream import (
+    BatchFunction,
+    DataFrameStream,
+    ReceiverInputStream,
+    StructuredReceiverStream,
+)
 from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
@@ -106,7 +111,7 @@ class StreamingContext:
         self._use_checkpoint_dir(checkpoint_dir or self.config.checkpoint_dir or None)
         self._spark_conf = conf
         self._clock = clock or SystemClock()
-        self._streams: list[ReceiverInputStream] = []
+        self._streams: list[ReceiverInputStream | StructuredReceiverStream] = []
         self._outputs: list[tuple[DataFrameStream, BatchFunction, str]] = []
         self._bus = ListenerBus()
         self._state = ContextState.INITIALIZED
@@ -213,20 +218,40 @@ class StreamingContext:
         """The context's lifecycle state."""
         return self._state
 
+    @property
+    def streams(self) -> list[ReceiverInputStream | StructuredReceiverStream]:
+        """The receiver streams, by stream id (e.g. to reach those ``create_fn`` made)."""
+        return list(self._streams)
+
     def receiver_stream(self, receiver: Receiver) -> ReceiverInputStream:
-        """Add an input stream fed by ``receiver``; return it."""
+        """Add an input stream fed by ``receiver``, read by batches; return it."""
+        stream = ReceiverInputStream(self, receiver, self._add_receiver(receiver))
+        self._streams.append(stream)
+        return stream
+
+    def structured_stream(self, receiver: Receiver) -> StructuredReceiverStream:
+        """Add a stream fed by ``receiver``, read by Structured Streaming; return it.
+
+        Its blocks go to a block log on the driver instead of batches; after
+        ``start()``, :meth:`StructuredReceiverStream.read_stream` gives the
+        streaming DataFrame. Stop the queries that read it before stopping the
+        context.
+        """
+        stream = StructuredReceiverStream(self, receiver, self._add_receiver(receiver))
+        self._streams.append(stream)
+        return stream
+
+    def _add_receiver(self, receiver: Receiver) -> int:
         self._require(ContextState.INITIALIZED, "add a receiver stream")
         if not isinstance(receiver, Receiver):
-            msg = f"receiver_stream needs a Receiver instance, got {type(receiver).__name__}"
+            msg = f"a stream needs a Receiver instance, got {type(receiver).__name__}"
             raise TypeError(msg)
         if any(s.receiver is receiver for s in self._streams):
             msg = f"receiver {receiver!r} already feeds stream {receiver.stream_id}"
             raise ConfigError(msg)
         stream_id = len(self._streams)
         receiver._stream_id = stream_id
-        stream = ReceiverInputStream(self, receiver, stream_id)
-        self._streams.append(stream)
-        return stream
+        return stream_id
 
     def add_streaming_listener(self, listener: StreamingListener) -> None:
         """Add a listener; its callbacks run on the listener bus thread."""
@@ -249,13 +274,16 @@ class StreamingContext:
             if not self._streams:
                 msg = "no receiver stream: call receiver_stream(...) before start()"
                 raise StateError(msg)
-            if not self._outputs:
+            structured = [s.stream_id for s in self._streams if not _batched(s)]
+            if not self._outputs and not structured:
                 msg = "no output operation: call foreach_batch(...) on a stream before start()"
                 raise StateError(msg)
             self._check_cores()
             block_source.register(self.spark)
+            if structured:
+                stream_source.register(self.spark)
             stream_ids = [s.stream_id for s in self._streams]
-            self.block_tracker = self._create_block_tracker(stream_ids)
+            self.block_tracker = self._create_block_tracker(stream_ids, structured)
             self._bus.start()
             self.receiver_tracker = ReceiverTracker(
                 self.spark,
@@ -374,7 +402,7 @@ class StreamingContext:
     def _start_rate_controllers(self) -> None:
         """One RateController per stream, fed by the listener bus (Spark's backpressure)."""
         cfg = self.config
-        for stream in self._streams:
+        for stream in filter(_batched, self._streams):
             estimator = create_rate_estimator(
                 cfg.backpressure_rate_estimator,
                 self.batch_interval_ms,
@@ -396,15 +424,21 @@ class StreamingContext:
 
     # --- write-ahead logs ---------------------------------------------------------
 
-    def _create_block_tracker(self, stream_ids: list[int]) -> ReceivedBlockTracker:
+    def _create_block_tracker(
+        self, stream_ids: list[int], offset_stream_ids: list[int]
+    ) -> ReceivedBlockTracker:
         if not self.checkpoint_dir:
-            return ReceivedBlockTracker(stream_ids, clock=self._clock)
+            return ReceivedBlockTracker(
+                stream_ids, clock=self._clock, offset_stream_ids=offset_stream_ids
+            )
         wal = create_driver_wal(self.checkpoint_dir, self.config, self._clock)
-        if self._recovery is not None:
-            return ReceivedBlockTracker(stream_ids, wal, self._clock, recover=True)
-        # A fresh start must not later replay the events of an older run: drop them.
-        wal.clean(2**62, wait=True)
-        return ReceivedBlockTracker(stream_ids, wal, self._clock)
+        recover = self._recovery is not None
+        if not recover:
+            # A fresh start must not later replay the events of an older run: drop them.
+            wal.clean(2**62, wait=True)
+        return ReceivedBlockTracker(
+            stream_ids, wal, self._clock, recover=recover, offset_stream_ids=offset_stream_ids
+        )
 
     def _write_checkpoint(self, last_completed_ms: int, pending_ms: list[int]) -> None:
         assert self._checkpoints is not None
@@ -474,6 +508,8 @@ class StreamingContext:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         for stream in self._streams:
+            if not isinstance(stream, ReceiverInputStream):
+                continue
             stream_blocks = blocks.get(stream.stream_id, [])
             if stream_blocks:
                 schema = from_arrow_schema(stream.receiver.schema)
@@ -503,10 +539,11 @@ class StreamingContext:
         return df
 
     def _forget_batch(self, batch_time_ms: int) -> None:
-        for stream, _, _ in self._outputs:
-            stream._forget(batch_time_ms)
+        for out, _, _ in self._outputs:
+            out._forget(batch_time_ms)
         for stream in self._streams:
-            stream._forget(batch_time_ms)
+            if isinstance(stream, ReceiverInputStream):
+                stream._forget(batch_time_ms)
 
     def _on_batch_error(self, batch_time_ms: int, error: BaseException) -> None:
         self._report_lost_blocks(batch_time_ms, error)
@@ -604,6 +641,10 @@ class StreamingContext:
                 f"use local[{len(self._streams) + 2}]"
             )
             raise ConfigError(msg)
+
+
+def _batched(stream: ReceiverInputStream | StructuredReceiverStream) -> bool:
+    return isinstance(stream, ReceiverInputStream)
 
 
 def _bind(fn: BatchFunction, stream: DataFrameStream, batch_time_ms: int) -> Callable[[], None]:

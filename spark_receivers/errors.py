@@ -48,3 +48,7 @@ class CorruptRecordError(WriteAheadLogError):
 
 class CheckpointError(SparkReceiversError):
     """A checkpoint could not be written or read back."""
+
+
+class OffsetError(SparkReceiversError, ValueError):
+    """A Structured Streaming offset is outside what a stream's block log holds."""

@@ -94,3 +94,69 @@ class ReceiverInputStream(DataFrameStream):
     def _dataframe(self, batch_time_ms: int) -> DataFrame:
         with self._lock:
             return self._cache[batch_time_ms]
+
+
+class StructuredReceiverStream:
+    """A receiver stream read by Structured Streaming instead of DStream batches.
+
+    Made by :meth:`StreamingContext.structured_stream`; once the context is
+    started, :meth:`read_stream` returns the streaming DataFrame (the receiver's
+    schema), to use with everything Structured Streaming offers::
+
+        events = ssc.structured_stream(MyReceiver())
+        ssc.start()
+        counts = events.read_stream().groupBy("value").count()
+        query = counts.writeStream.outputMode("complete").format("console").start()
+
+    Offsets are positions in the stream's block log on the driver (recorded in the
+    driver WAL with a ``checkpoint_dir``), so a query restarted with the same
+    Spark checkpoint and the same ``checkpoint_dir`` reads the same blocks for the
+    same offsets (see ``spark/stream_source.py``).
+    """
+
+    def __init__(self, context: StreamingContext, receiver: Receiver, stream_id: int) -> None:
+        self.context = context
+        self.receiver = receiver
+        self.stream_id = stream_id
+
+    def source_options(self) -> dict[str, str]:
+        """The options of ``spark.readStream.format("spark_receivers")`` for this stream.
+
+        They hold the tracker's address and the application secret: the context must
+        be started, and a restarted driver must read them again.
+        """
+        from spark_receivers.context import ContextState
+        from spark_receivers.spark.block_source import SECRET_OPTION
+
+        ctx = self.context
+        ctx._require(ContextState.ACTIVE, "read a structured stream")
+        assert ctx.receiver_tracker is not None
+        options = {
+            "tracker": ctx.receiver_tracker.address,
+            SECRET_OPTION: ctx._secret,
+            "stream_id": str(self.stream_id),
+            "max_partitions": str(ctx._read_partitions()),
+        }
+        if ctx.checkpoint_dir:
+            options["checkpoint_dir"] = ctx.checkpoint_dir
+        return options
+
+    def read_stream(self, max_records_per_trigger: int | None = None) -> DataFrame:
+        """The streaming DataFrame of this receiver (Structured Streaming).
+
+        ``max_records_per_trigger`` caps the records of one micro-batch (Spark's
+        ``ReadMaxRows``; the ``maxRecordsPerTrigger`` option).
+        """
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from spark_receivers.spark.stream_source import FORMAT, MAX_RECORDS_OPTION
+
+        options = self.source_options()
+        if max_records_per_trigger is not None:
+            options[MAX_RECORDS_OPTION] = str(max_records_per_trigger)
+        return (
+            self.context.spark.readStream.format(FORMAT)
+            .schema(from_arrow_schema(self.receiver.schema))
+            .options(**options)
+            .load()
+        )

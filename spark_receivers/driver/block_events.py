@@ -32,7 +32,36 @@ class BatchCleanupEvent:
     batch_times_ms: tuple[int, ...]
 
 
-BlockTrackerEvent = BlockAdditionEvent | BatchAllocationEvent | BatchCleanupEvent
+@dataclass(frozen=True)
+class OffsetRangeEvent:
+    """Blocks of a Structured Streaming stream were appended to its block log at ``start``.
+
+    ``start`` is the log position (records) of the first block; ``written_ms`` the
+    driver's clock when the event was written (it bounds how far the WAL may be cleaned).
+    """
+
+    stream_id: int
+    start: int
+    blocks: tuple[ReceivedBlockInfo, ...]
+    written_ms: int
+
+
+@dataclass(frozen=True)
+class OffsetCommitEvent:
+    """A Structured Streaming query committed ``stream_id``'s block log up to ``end``."""
+
+    stream_id: int
+    end: int
+    written_ms: int
+
+
+BlockTrackerEvent = (
+    BlockAdditionEvent
+    | BatchAllocationEvent
+    | BatchCleanupEvent
+    | OffsetRangeEvent
+    | OffsetCommitEvent
+)
 
 
 def encode_event(event: BlockTrackerEvent) -> bytes:
@@ -48,6 +77,16 @@ def encode_event(event: BlockTrackerEvent) -> bytes:
             }
         case BatchCleanupEvent(batch_times_ms=times):
             body = {"t": "clean", "times": list(times)}
+        case OffsetRangeEvent(stream_id=s, start=start, blocks=blocks, written_ms=w):
+            body = {
+                "t": "range",
+                "stream": s,
+                "start": start,
+                "blocks": [info_to_dict(b) for b in blocks],
+                "written": w,
+            }
+        case OffsetCommitEvent(stream_id=s, end=end, written_ms=w):
+            body = {"t": "commit", "stream": s, "end": end, "written": w}
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -63,6 +102,15 @@ def decode_event(data: bytes) -> BlockTrackerEvent:
             return BatchAllocationEvent(int(body["time"]), blocks)
         if kind == "clean":
             return BatchCleanupEvent(tuple(int(t) for t in body["times"]))
+        if kind == "range":
+            return OffsetRangeEvent(
+                int(body["stream"]),
+                int(body["start"]),
+                tuple(_info(b) for b in body["blocks"]),
+                int(body["written"]),
+            )
+        if kind == "commit":
+            return OffsetCommitEvent(int(body["stream"]), int(body["end"]), int(body["written"]))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         msg = f"driver WAL record is not a block tracker event: {e}"
         raise CorruptRecordError(msg) from e

@@ -2,7 +2,9 @@
 
 Spark's ReceiverTracker. Its endpoint (Arrow Flight, authenticated) answers the
 remote messages of :mod:`spark_receivers.rpc.messages` — ``RegisterReceiver``,
-``AddBlock``, ``ReportError``, ``DeregisterReceiver`` — on gRPC threads; the
+``AddBlock``, ``ReportError``, ``DeregisterReceiver``, and the offset messages of
+Structured Streaming readers (``DescribeStream``, ``StreamOffsets``,
+``AllocateOffsets``, ``GetOffsetRange``, ``CommitOffsets``) — on gRPC threads; the
 driver-local commands of :mod:`spark_receivers.driver.tracker_commands` run
 through :meth:`ReceiverTracker.run`.
 
@@ -18,6 +20,7 @@ States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` → ``STOPPED``.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
 import logging
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver import tracker_commands as cmd
+from spark_receivers.driver.block_events import info_to_dict
 from spark_receivers.driver.listener import ListenerBus, ReceiverInfo
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.driver.receiver_launcher import (
@@ -42,7 +46,7 @@ from spark_receivers.driver.scheduling_policy import (
     ReceiverTrackingInfo,
     TaskLocation,
 )
-from spark_receivers.errors import RpcError, StateError, WriteAheadLogError
+from spark_receivers.errors import OffsetError, RpcError, StateError, WriteAheadLogError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
@@ -55,6 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["ReceiverState", "ReceiverTracker", "TrackerState"]
+
+OFFSET_STREAM_DRAIN_S = 0.5
 
 
 class TrackerState(enum.Enum):
@@ -283,9 +289,12 @@ class ReceiverTracker:
 
     def _run_receiver_job(self, stream_id: int) -> None:
         r = self._receivers[stream_id]
-        spec = ReceiverTaskSpec(
-            r.receiver, stream_id, self.address, self._secret, self._config.as_dict()
-        )
+        config = self._config.as_dict()
+        if self._block_tracker.is_offset_stream(stream_id) and self._config.receiver_wal_enabled:
+            # A structured stream's blocks are read whenever a query gets to them, from
+            # the WAL once the receiver is gone: nothing to keep serving after a stop.
+            config["receiver_drain_timeout_s"] = OFFSET_STREAM_DRAIN_S
+        spec = ReceiverTaskSpec(r.receiver, stream_id, self.address, self._secret, config)
         task = make_task_function(spec)
         while not self._stopping.is_set():
             with self._lock:
@@ -363,8 +372,66 @@ class ReceiverTracker:
                 self._known(sid)
                 self._record_error(sid, text, error)
                 return None
+            case m.DescribeStream() | m.StreamOffsets() | m.AllocateOffsets():
+                return self._offsets(message)
+            case m.GetOffsetRange() | m.CommitOffsets():
+                return self._offsets(message)
         msg = f"unexpected message {message!r:.100}"
         raise RpcError(msg)
+
+    def _offsets(self, message: m.TrackerMessage) -> Any:
+        """Answer a Structured Streaming reader (see ``spark/stream_source.py``)."""
+        if isinstance(message, m.DescribeStream):
+            return self._describe(message.stream)
+        sid = message.stream_id  # type: ignore[union-attr]
+        self._known(sid)
+        try:
+            match message:
+                case m.StreamOffsets():
+                    return self._block_tracker.offset_status(sid)
+                case m.AllocateOffsets(start=start, max_records=limit):
+                    _non_negative(start=start)
+                    return self._block_tracker.allocate_offsets(sid, start, limit)
+                case m.GetOffsetRange(start=start, end=end):
+                    _non_negative(start=start, end=end)
+                    return [
+                        [info_to_dict(b), first, rows]
+                        for b, first, rows in self._block_tracker.offset_range(sid, start, end)
+                    ]
+                case m.CommitOffsets(end=end):
+                    _non_negative(end=end)
+                    done = self._block_tracker.commit_offsets(sid, end)
+                    if done:
+                        threading.Thread(
+                            target=self.remove_blocks, args=(done,), daemon=True
+                        ).start()
+                    return True
+        except OffsetError as e:
+            raise RpcError(str(e)) from None
+        msg = f"unexpected message {message!r:.100}"
+        raise RpcError(msg)
+
+    def _describe(self, stream: str) -> dict[str, Any]:
+        with self._lock:
+            found = [
+                r.receiver
+                for sid, r in self._receivers.items()
+                if stream in (str(sid), r.receiver.name)
+            ]
+            names = sorted(f"{sid} ({r.receiver.name})" for sid, r in self._receivers.items())
+        if not found:
+            msg = f"no stream {stream[:100]!r}: this application has streams {names}"
+            raise RpcError(msg)
+        receiver = found[0]
+        if not self._block_tracker.is_offset_stream(receiver.stream_id):
+            msg = (
+                f"stream {receiver.stream_id} ({receiver.name}) feeds DStream batches; "
+                "create it with StreamingContext.structured_stream(receiver) to read it "
+                "from Structured Streaming"
+            )
+            raise RpcError(msg)
+        schema = base64.b64encode(receiver.schema.serialize().to_pybytes()).decode()
+        return {"stream_id": receiver.stream_id, "name": receiver.name, "schema": schema}
 
     def _known(self, stream_id: int) -> None:
         if stream_id not in self._receivers:
@@ -553,6 +620,13 @@ class ReceiverTracker:
         """How many jobs were submitted for a receiver (1 + its restarts)."""
         with self._lock:
             return self._receivers[stream_id].jobs
+
+
+def _non_negative(**offsets: int) -> None:
+    for name, value in offsets.items():
+        if value < 0:
+            msg = f"offset {name} must be >= 0, got {value}"
+            raise OffsetError(msg)
 
 
 def _accepts(location: TaskLocation, host: str, executor_id: str) -> bool:

@@ -119,6 +119,49 @@ class DeregisterReceiver:
     error: str
 
 
+# --- remote messages to the tracker from a Structured Streaming reader --------
+
+
+@dataclass(frozen=True)
+class DescribeStream:
+    """Which stream ``stream`` (an id or a receiver name) is; replied with id, name, schema."""
+
+    stream: str
+
+
+@dataclass(frozen=True)
+class StreamOffsets:
+    """The block log's ``base`` and ``end`` and the records ``queued`` after it."""
+
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class AllocateOffsets:
+    """Append the queued blocks to the log; reply with the end offset (``max_records`` -1: all)."""
+
+    stream_id: int
+    start: int
+    max_records: int
+
+
+@dataclass(frozen=True)
+class GetOffsetRange:
+    """The blocks of ``[start, end)``: replied with ``[block info, first row, rows]`` items."""
+
+    stream_id: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class CommitOffsets:
+    """A query committed the stream up to ``end``; replied with True."""
+
+    stream_id: int
+    end: int
+
+
 # --- remote messages to a supervisor (executor) -----------------------------
 
 
@@ -148,7 +191,17 @@ class UpdateRateLimit:
     rate: float
 
 
-TrackerMessage = RegisterReceiver | AddBlock | ReportError | DeregisterReceiver
+TrackerMessage = (
+    RegisterReceiver
+    | AddBlock
+    | ReportError
+    | DeregisterReceiver
+    | DescribeStream
+    | StreamOffsets
+    | AllocateOffsets
+    | GetOffsetRange
+    | CommitOffsets
+)
 SupervisorMessage = StopReceiver | CleanupOldBlocks | RemoveBlocks | UpdateRateLimit
 
 TRACKER_MESSAGES: tuple[type, ...] = typing.get_args(TrackerMessage)

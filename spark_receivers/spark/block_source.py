@@ -53,8 +53,10 @@ def group_blocks(blocks: list[dict[str, Any]], max_partitions: int) -> list[list
         left = len(blocks) - i
         # Close the current run once it holds its share, or when each remaining
         # group needs one of the remaining blocks.
-        if groups[-1] and len(groups) < n and (
-            seen >= total * len(groups) / n or left <= n - len(groups)
+        if (
+            groups[-1]
+            and len(groups) < n
+            and (seen >= total * len(groups) / n or left <= n - len(groups))
         ):
             groups.append([])
         groups[-1].append(block)
@@ -62,10 +64,25 @@ def group_blocks(blocks: list[dict[str, Any]], max_partitions: int) -> list[list
     return groups
 
 
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects back from ``read`` for ``schema``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
+    """``table`` cast to the Arrow types Spark expects (e.g. ``timestamp[ms]`` → ``[us]``)."""
+    if schema is None or table.schema.equals(schema):
+        return table
+    return table.cast(schema)
+
+
 class BlockReader(DataSourceReader):  # type: ignore[misc]
     """Partitions = runs of blocks; ``read`` streams their record batches in order."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        self._schema = schema  # Spark's; its Arrow form is built where read() runs
         self._blocks = json.loads(options["blocks"])
         self._secret = options[SECRET_OPTION]
         self._timeout_s = float(options.get("timeout_s", "60"))
@@ -82,6 +99,9 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
         groups = group_blocks(self._blocks, self._max_partitions)
         return [BlockPartition(i, g) for i, g in enumerate(groups)]
 
+    def _arrow_schema(self) -> pa.Schema | None:
+        return arrow_schema_of(self._schema) if self._schema is not None else None
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the record batches of the partition's blocks, block after block."""
         from spark_receivers.spark.block_fetch import fetch_block
@@ -94,7 +114,7 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
                 self._timeout_s,
                 self._checkpoint_dir,
             )
-            yield from table.to_batches()
+            yield from conform(table, self._arrow_schema()).to_batches()
 
 
 class BlockDataSource(DataSource):  # type: ignore[misc]
@@ -111,7 +131,7 @@ class BlockDataSource(DataSource):  # type: ignore[misc]
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader over the blocks in the options."""
-        return BlockReader(self.options)
+        return BlockReader(self.options, schema)
 
 
 def register(spark: SparkSession) -> None:

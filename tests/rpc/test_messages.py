@@ -30,6 +30,11 @@ def test_round_trip_of_every_message():
         m.AddBlock(info),
         m.ReportError(1, "oops", "trace"),
         m.DeregisterReceiver(1, "bye", ""),
+        m.DescribeStream("GeneratorReceiver-0"),
+        m.StreamOffsets(1),
+        m.AllocateOffsets(1, 0, -1),
+        m.GetOffsetRange(1, 0, 10),
+        m.CommitOffsets(1, 10),
     ]
     for msg in samples:
         assert m.decode(type(msg).__name__, m.encode(msg), m.TRACKER_MESSAGES, MAX) == msg
@@ -53,6 +58,8 @@ def test_round_trip_of_every_message():
         ("ReportError", b'{"stream_id": 1, "message": "m", "error": "e", "x": 1}', "unknown field"),
         ("ReportError", b'{"stream_id": true, "message": "m", "error": "e"}', "must be int"),
         ("AddBlock", b"{" + b" " * MAX + b"}", "exceeds max_message_bytes"),
+        ("AllocateOffsets", b'{"stream_id": 1, "start": "0", "max_records": 5}', "must be int"),
+        ("CommitOffsets", b'{"stream_id": 1, "end": 1.5}', "end must be int"),
     ],
 )
 def test_bad_messages_are_refused_with_a_clear_error(kind, body, error):

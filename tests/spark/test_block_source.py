@@ -44,3 +44,23 @@ def test_reader_partitions_follow_the_option_and_a_warm_up_read_has_empty_ones()
     assert all(isinstance(p, BlockPartition) for p in parts)
     warm = BlockReader({"blocks": "[]", "auth_secret": "", "max_partitions": "3"}).partitions()
     assert [p.blocks for p in warm] == [[], [], []]
+
+
+def test_blocks_are_cast_to_the_arrow_types_spark_expects():
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    from spark_receivers.spark.block_source import arrow_schema_of, conform
+
+    spark_schema = StructType(
+        [StructField("ts", TimestampType()), StructField("key", StringType())]
+    )
+    block = pa.table(
+        {"ts": pa.array([1_000, 2_000], pa.timestamp("ms", tz="UTC")), "key": ["a", "b"]}
+    )
+    expected = arrow_schema_of(spark_schema)
+    assert expected.field("ts").type == pa.timestamp("us", tz="UTC")
+    cast = conform(block, expected)
+    assert cast.schema.equals(expected)
+    assert cast.column("ts").cast(pa.int64()).to_pylist() == [1_000_000, 2_000_000]
+    assert conform(cast, expected) is cast  # nothing to do
