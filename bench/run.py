@@ -5,8 +5,9 @@
     python -m bench.run --sections throughput --systems dstream --pipelines wordcount,ingest
 
 Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
-``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), then
-``throughput`` (issue 11, the rate ladder below) with what is left of the time budget.
+``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), ``wal``
+(issue 4, ``bench/wal_bench.py``), ``backpressure`` (issue 7, ``bench/backpressure.py``),
+then ``throughput`` (issue 11, the rate ladder below) with what is left of the time budget.
 Each writes its own section of ``BENCHMARKS.md`` (other sections are kept) and prints its
 tables; raw results go to ``bench/out/``.
 
@@ -42,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from bench import store_bench, tracker_bench
+from bench import backpressure, store_bench, tracker_bench, wal_bench
 from bench.harness import (
     LadderResult,
     Machine,
@@ -67,7 +68,13 @@ SYSTEMS: dict[str, Runner] = {
 }
 """Every system the ladder can run, by name."""
 
-SECTIONS = ("store", "tracker", "throughput")
+SECTIONS = ("store", "tracker", "wal", "backpressure", "throughput")
+BEFORE_LADDER = {
+    "store": store_bench,
+    "tracker": tracker_bench,
+    "wal": wal_bench,
+    "backpressure": backpressure,
+}
 FULL_RATES = [10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 600_000, 800_000]
 FULL_STEP_S = 20.0
 FULL_BUDGET_S = 15 * 60.0
@@ -94,13 +101,15 @@ a system stops climbing after its first unsustained step."""
 
 
 def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> list[str]:
-    """The command line ``bench.run`` gives the store or tracker benchmark."""
+    """The command line ``bench.run`` gives a benchmark that runs before the ladder."""
     if section == "store":
         argv = ["--seconds", "1" if quick else "5", "--pipeline-seconds", "10" if quick else "30"]
     elif section == "tracker":
         argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
+    elif section in ("wal", "backpressure"):
+        argv = ["--quick"] if quick else []
     else:
-        raise ValueError(f"section must be store or tracker, got {section!r}")
+        raise ValueError(f"section must be one of {sorted(BEFORE_LADDER)}, got {section!r}")
     argv += ["--output", output]
     return [*argv, "--no-write"] if no_write else argv
 
@@ -192,10 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     t0 = time.monotonic()
-    for section in ("store", "tracker"):
+    for section, module in BEFORE_LADDER.items():
         if section in sections:
             print(f"\n## {section}\n", flush=True)
-            module = store_bench if section == "store" else tracker_bench
             module.main(
                 section_argv(section, quick=args.quick, output=args.output, no_write=args.no_write)
             )

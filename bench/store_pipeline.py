@@ -42,8 +42,14 @@ def _records(n: int, offset: int = 0) -> list[str]:
     return [f"{i:010d} " + "x" * 89 for i in range(offset, offset + n)]
 
 
-def run_form(spark: Any, form: str, seconds: float) -> dict[str, Any]:
-    """One form through a fresh streaming context; the measurements of its second half."""
+def run_form(spark: Any, form: str, seconds: float, wal: bool = False) -> dict[str, Any]:
+    """One form through a fresh streaming context; the measurements of its second half.
+
+    ``wal``: with the receiver WAL on (a fresh checkpoint directory), so that every
+    block is also written and fsync'd to the receiver's write-ahead log.
+    """
+    import tempfile
+
     import pyarrow as pa
 
     from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
@@ -102,8 +108,10 @@ def run_form(spark: Any, form: str, seconds: float) -> dict[str, Any]:
         backpressure_enabled=True,
         backpressure_initial_rate=INITIAL_RATE,
         receiver_drain_timeout_s=10.0,
+        receiver_wal_enabled=wal,
     )
-    ssc = StreamingContext(spark, batch_interval_ms=1000, config=config)
+    checkpoint = tempfile.mkdtemp(prefix="store-pipeline-wal-") if wal else None
+    ssc = StreamingContext(spark, batch_interval_ms=1000, checkpoint_dir=checkpoint, config=config)
     ssc.add_streaming_listener(Batches())
     ssc.receiver_stream(FlatOut(form)).foreach_batch(lambda df, t: df.count())
     ssc.start()
@@ -123,8 +131,13 @@ def run_form(spark: Any, form: str, seconds: float) -> dict[str, Any]:
     delays = [s[3] for s in late if s[3] is not None]
     times = [s[2] for s in late if s[2] is not None]
     del pa
+    if checkpoint is not None:
+        import shutil
+
+        shutil.rmtree(checkpoint, ignore_errors=True)
     return {
         "form": form,
+        "wal": wal,
         "batches": len(late),
         "records": processed,
         "rate": processed / span_s if span_s else 0.0,
@@ -139,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--forms", default=",".join(FORMS))
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--master", default="local[4]")
+    p.add_argument(
+        "--wal", choices=("off", "on", "both"), default="off", help="receiver WAL (both: off, on)"
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -154,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        results = [run_form(spark, f, args.seconds) for f in args.forms.split(",") if f]
+        wal_modes = {"off": [False], "on": [True], "both": [False, True]}[args.wal]
+        results = [
+            run_form(spark, f, args.seconds, wal)
+            for f in args.forms.split(",")
+            if f
+            for wal in wal_modes
+        ]
     finally:
         spark.stop()
     print(RESULT + json.dumps(results), flush=True)

@@ -104,8 +104,11 @@ def test_section_argv_is_bounded_and_passes_output():
     ]  # fmt: skip
     full = section_argv("tracker", quick=False, output="X.md", no_write=True)
     assert full[full.index("--seconds") + 1] == "20" and full[-1] == "--no-write"
-    with pytest.raises(ValueError, match="store or tracker"):
+    with pytest.raises(ValueError, match="must be one of"):
         section_argv("throughput", quick=True, output="X.md", no_write=False)
+    assert section_argv("wal", quick=True, output="X.md", no_write=True) == [
+        "--quick", "--output", "X.md", "--no-write",
+    ]  # fmt: skip
 
 
 def test_throughput_notes_carry_load_and_wal_verdict():
@@ -218,3 +221,65 @@ def test_profile_summary_self_and_inclusive_shares():
     assert only.total == 2
     under = summarize_profile(stacks, under="store")
     assert under.total == 8 and "run (a.py)" not in under.inclusive
+
+
+# -- backpressure.py and wal_bench.py ------------------------------------------------------------
+
+
+def _bp_run(backpressure: bool, delays_s: list[float], held: list[int], sent: int, processed: int):
+    n = len(delays_s)
+    return {
+        "backpressure": backpressure,
+        "offered": 30_000,
+        "capacity": 10_000,
+        "seconds": float(n),
+        "sent": sent,
+        "processed": processed,
+        "batches": [
+            {"s": float(i), "t": i * 1000, "records": 10_000, "processing_ms": 900,
+             "scheduling_ms": int(d * 1000)}
+            for i, d in enumerate(delays_s)
+        ],
+        "samples": [
+            {"s": float(i), "sent": 0, "received": 0, "held": h, "rate_limit": None}
+            for i, h in enumerate(held)
+        ],
+    }  # fmt: skip
+
+
+def test_backpressure_verdict_on_needs_bounded_delay_and_memory_and_nothing_dropped():
+    from bench.backpressure import render_table, verdict
+
+    good = _bp_run(True, [3.0, 2.5] + [0.5] * 18, [30_000] * 10 + [20_000] * 10, 500, 500)
+    assert verdict(good)["ok"]  # the warm-up (first 20 %) may be slow
+    late_spike = _bp_run(True, [0.1] * 15 + [2.5] + [0.1] * 4, [10] * 20, 500, 500)
+    assert not verdict(late_spike)["delay_bounded"]
+    growing = _bp_run(True, [0.1] * 20, [10] * 10 + [100] * 10, 500, 500)
+    assert not verdict(growing)["memory_bounded"]
+    dropped = _bp_run(True, [0.1] * 20, [10] * 20, 500, 499)
+    assert not verdict(dropped)["nothing_dropped"] and not verdict(dropped)["ok"]
+    assert "processed == sent: NO" in render_table([dropped])
+
+
+def test_backpressure_verdict_off_wants_the_delay_to_grow():
+    from bench.backpressure import verdict
+
+    grows = _bp_run(False, [float(i) for i in range(20)], [0] * 20, 10, 5)
+    assert verdict(grows)["delay_grows"]
+    flat = _bp_run(False, [0.5] * 20, [0] * 20, 10, 10)
+    assert not verdict(flat)["ok"]
+
+
+def test_wal_bench_verdicts_compare_with_the_targets():
+    from bench.wal_bench import render_table, verdicts
+
+    results = {
+        "write": [{"size": 65536, "raw_mb_s": 100.0, "wal_mb_s": 60.0, "ratio": 0.6}],
+        "add_block": {"threads": 16, "rate": 12_000.0, "p50_ms": 1.0, "p99_ms": 3.0},
+        "recovery": {"rate": 2e6, "records": 10},
+        "pipeline": [{"wal": False, "rate": 1000.0}, {"wal": True, "rate": 850.0}],
+    }
+    rows = verdicts(results)
+    assert [ok for *_, ok in rows] == [False, True, True, True]
+    assert rows[-1][1].startswith("0.85")
+    assert "| NO |" in render_table(rows)

@@ -1,0 +1,276 @@
+"""Issue 4's write-ahead log benchmarks, each against its target.
+
+    python -m bench.wal_bench                  # ~3 minutes, writes the `wal` section
+    python -m bench.wal_bench --quick --no-write
+
+1. **WAL write vs raw fsync**: ``FileBasedWriteAheadLog.write`` (framing, CRC, fsync per
+   write) against a plain ``os.write`` + ``os.fsync`` loop of the same record sizes into
+   the same directory, interleaved: MB/s and the ratio (target >= 0.7).
+2. **Driver AddBlock/s with the batched WAL**: threads calling
+   ``ReceivedBlockTracker.add_block`` concurrently on a batched driver WAL (fsync on, as
+   configured by default): blocks/s and add latency p50/p99 (target >= 10,000/s).
+3. **Recovery read rate**: blocks of 10,000 100-byte records written to a receiver WAL,
+   then read back through their handles and decoded to Arrow, as WAL-backed reads do
+   after a crash: records/s (target >= 1,000,000/s).
+4. **Receiver throughput with the receiver WAL on vs off**: Arrow batches stored as fast
+   as backpressure lets them through the whole pipeline on local Spark
+   (``bench.store_pipeline --wal both``): rows/s and the ratio (target >= 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from bench.harness import Machine, write_benchmarks_md
+from bench.step import REPO_ROOT
+
+TARGETS = {
+    "write_ratio": 0.7,
+    "add_block_rate": 10_000,
+    "recovery_rate": 1_000_000,
+    "wal_ratio": 0.8,
+}
+
+
+def bench_write(directory: str, size: int, seconds: float) -> dict[str, float]:
+    """MB/s of raw fsync'd writes and of WAL writes of ``size``-byte records, interleaved."""
+    from spark_receivers.wal import FileBasedWriteAheadLog
+
+    payload = os.urandom(size)
+    raw_bytes = wal_bytes = 0
+    raw_s = wal_s = 0.0
+    raw_path = os.path.join(directory, f"raw-{size}")
+    fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = FileBasedWriteAheadLog(os.path.join(directory, f"wal-{size}"), fsync=True)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            for _ in range(8):  # rounds of 8 records each, alternating, same disk
+                t0 = time.perf_counter()
+                os.write(fd, payload)
+                os.fsync(fd)
+                raw_s += time.perf_counter() - t0
+                raw_bytes += size
+            for _ in range(8):
+                t0 = time.perf_counter()
+                log.write(payload, int(time.time() * 1000))
+                wal_s += time.perf_counter() - t0
+                wal_bytes += size
+    finally:
+        os.close(fd)
+        log.close()
+    raw = raw_bytes / raw_s / 1e6
+    wal = wal_bytes / wal_s / 1e6
+    return {"size": size, "raw_mb_s": raw, "wal_mb_s": wal, "ratio": wal / raw}
+
+
+def bench_add_block(directory: str, threads: int, seconds: float) -> dict[str, float]:
+    """Concurrent ``add_block`` calls on a batched, fsync'd driver WAL."""
+    from spark_receivers.config import StreamingConfig
+    from spark_receivers.driver.received_block_tracker import (
+        ReceivedBlockTracker,
+        create_driver_wal,
+    )
+    from spark_receivers.rpc.messages import ReceivedBlockInfo
+
+    wal = create_driver_wal(directory, StreamingConfig())
+    tracker = ReceivedBlockTracker(range(threads), wal)
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    stop = threading.Event()
+
+    def run(stream: int) -> None:
+        seq = 0
+        handle = {"path": "x", "offset": 0, "length": 1}
+        while not stop.is_set():
+            info = ReceivedBlockInfo(
+                stream, f"input-{stream}-1-{seq}", 1000, seq, "127.0.0.1:1", 100_000, handle
+            )
+            t0 = time.perf_counter()
+            if not tracker.add_block(info):
+                raise RuntimeError("add_block failed")
+            latencies[stream].append(time.perf_counter() - t0)
+            seq += 1
+
+    workers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - t0
+    tracker.stop()
+    flat = sorted(x for xs in latencies for x in xs)
+    return {
+        "threads": threads,
+        "blocks": len(flat),
+        "rate": len(flat) / elapsed,
+        "p50_ms": 1000 * flat[len(flat) // 2],
+        "p99_ms": 1000 * flat[int(len(flat) * 0.99)],
+    }
+
+
+def bench_recovery(directory: str, blocks: int, rows: int) -> dict[str, float]:
+    """Write ``blocks`` Arrow blocks to a receiver WAL, then read them all back by handle."""
+    import pyarrow as pa
+
+    from spark_receivers.receiver.block_handler import (
+        encode_block,
+        read_block_from_wal,
+        received_data_dir,
+    )
+    from spark_receivers.wal import FileBasedWriteAheadLog
+
+    table = pa.table({"value": [f"{i:010d} " + "x" * 89 for i in range(rows)]})
+    data = encode_block(table)
+    log = FileBasedWriteAheadLog(received_data_dir(directory, 0), fsync=False)
+    handles = [log.write(data, 1_000 + i).to_dict() for i in range(blocks)]
+    log.close()
+    os.sync()
+    t0 = time.perf_counter()
+    records = sum(read_block_from_wal(directory, 0, h).num_rows for h in handles)
+    elapsed = time.perf_counter() - t0
+    return {"blocks": blocks, "records": records, "rate": records / elapsed, "seconds": elapsed}
+
+
+def bench_pipeline(seconds: float) -> list[dict[str, Any]]:
+    """``bench.store_pipeline --forms arrow --wal both`` in a child process (its own JVM)."""
+    from bench.store_pipeline import RESULT
+
+    cmd = [sys.executable, "-m", "bench.store_pipeline", "--forms", "arrow", "--wal", "both"]
+    cmd += ["--seconds", str(seconds)]
+    done = subprocess.run(
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=2 * seconds + 240, check=False
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT):
+            results: list[dict[str, Any]] = json.loads(line[len(RESULT) :])
+            return results
+    raise RuntimeError(f"store pipeline child failed: {(done.stderr or done.stdout)[-2000:]}")
+
+
+def verdicts(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(measure, measured, target, met) rows from the results of :func:`run`."""
+    rows = []
+    for w in results["write"]:
+        rows.append(
+            (
+                f"WAL write MB/s / raw fsync MB/s, {w['size'] // 1024} KiB records",
+                f"{w['ratio']:.2f} ({w['wal_mb_s']:.1f} / {w['raw_mb_s']:.1f} MB/s)",
+                f">= {TARGETS['write_ratio']}",
+                w["ratio"] >= TARGETS["write_ratio"],
+            )
+        )
+    a = results["add_block"]
+    rows.append(
+        (
+            f"driver AddBlock/s, batched WAL, {a['threads']} threads",
+            f"{a['rate']:,.0f}/s (p50 {a['p50_ms']:.2f} ms, p99 {a['p99_ms']:.2f} ms)",
+            f">= {TARGETS['add_block_rate']:,}/s",
+            a["rate"] >= TARGETS["add_block_rate"],
+        )
+    )
+    r = results["recovery"]
+    rows.append(
+        (
+            "recovery read rate (receiver WAL, by handle, to Arrow)",
+            f"{r['rate']:,.0f} records/s ({r['records']:,} records)",
+            f">= {TARGETS['recovery_rate']:,}/s",
+            r["rate"] >= TARGETS["recovery_rate"],
+        )
+    )
+    pipe = {p["wal"]: p for p in results.get("pipeline", [])}
+    if True in pipe and False in pipe and pipe[False]["rate"]:
+        ratio = pipe[True]["rate"] / pipe[False]["rate"]
+        rows.append(
+            (
+                "receiver throughput, WAL on / off (Arrow batches, whole pipeline)",
+                f"{ratio:.2f} ({pipe[True]['rate']:,.0f} / {pipe[False]['rate']:,.0f} rows/s)",
+                f">= {TARGETS['wal_ratio']}",
+                ratio >= TARGETS["wal_ratio"],
+            )
+        )
+    return rows
+
+
+def render_table(rows: list[tuple[str, str, str, bool]]) -> str:
+    lines = ["| measure | measured | target | met |", "|---|---:|---:|:---:|"]
+    lines += [f"| {a} | {b} | {c} | {'yes' if ok else 'NO'} |" for a, b, c, ok in rows]
+    return "\n".join(lines)
+
+
+def run(quick: bool, pipeline_seconds: float) -> dict[str, Any]:
+    directory = tempfile.mkdtemp(prefix="wal-bench-", dir=os.environ.get("WAL_BENCH_DIR"))
+    try:
+        write_s = 1.0 if quick else 5.0
+        results: dict[str, Any] = {
+            "directory": directory,
+            "write": [bench_write(directory, size, write_s) for size in (64 * 1024, 1024 * 1024)],
+            "add_block": bench_add_block(
+                os.path.join(directory, "driver"), 16, 2.0 if quick else 10.0
+            ),
+            "recovery": bench_recovery(directory, 20 if quick else 100, 10_000),
+        }
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if pipeline_seconds > 0:
+        results["pipeline"] = bench_pipeline(pipeline_seconds)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.wal_bench", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--quick", action="store_true", help="short runs (smoke)")
+    p.add_argument(
+        "--pipeline-seconds", type=float, help="per WAL mode on local Spark (0: skip; 30, quick 10)"
+    )
+    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    seconds = (
+        args.pipeline_seconds if args.pipeline_seconds is not None else (10 if args.quick else 30)
+    )
+    machine = Machine.detect()
+    when = dt.datetime.now(dt.UTC)
+    command = "python -m bench.wal_bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    results = run(args.quick, seconds)
+    table = render_table(verdicts(results))
+    print(table, flush=True)
+    out = REPO_ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"wal-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(results, indent=1))
+    if not args.no_write:
+        body = "\n\n".join(
+            [
+                "## Write-ahead logs (issue 4)",
+                f"`{command}` — {when:%Y-%m-%d %H:%M} UTC\n\n{machine.to_markdown()}",
+                table,
+                "WAL and raw writes alternate in rounds of 8 records in one directory of the "
+                "same disk; both fsync every record. AddBlock: 16 threads, one stream each, "
+                "on the default batched driver WAL. Recovery: 100 blocks of 10,000 "
+                "100-byte records read back by handle (the WAL-backed read path). The "
+                "pipeline pair runs in one JVM, WAL off then on, backpressure finding the "
+                "sustained rate; rows/s over the second half of each run.",
+            ]
+        )
+        write_benchmarks_md(args.output, {"wal": body})
+        print(f"wrote section 'wal' of {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
