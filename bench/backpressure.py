@@ -7,7 +7,8 @@ A :class:`bench.loadgen.LineServer` offers ``--offered`` lines/s (30,000) to a
 ``SocketTextReceiver``; the output operation counts each batch and then sleeps one
 second per ``--capacity`` rows (10,000/s), so the pipeline cannot process more than a
 third of the offer. 1 s batches, 200 ms blocks. Two runs of ``--seconds`` each, in
-fresh contexts of one SparkSession: backpressure on (PID, initial rate = capacity),
+fresh contexts of one SparkSession: backpressure on (PID, initial rate = half the
+nominal capacity: the pipeline's real capacity is below it, by Spark's per-batch cost),
 then off. Every second a sampler records what the source sent, the receiver's rate
 limit (the rate controller's latest estimate) and the records held in receivers'
 stores (received by the tracker minus processed by completed batches); a listener
@@ -69,7 +70,7 @@ def run_once(spark: Any, backpressure: bool, offered: int, capacity: int, second
     config = StreamingConfig(
         block_interval_ms=200,
         backpressure_enabled=backpressure,
-        backpressure_initial_rate=float(capacity) if backpressure else 0.0,
+        backpressure_initial_rate=capacity / 2 if backpressure else 0.0,
         receiver_drain_timeout_s=30.0,
     )
     ssc = StreamingContext(spark, BATCH_MS, config=config)

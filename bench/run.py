@@ -6,7 +6,8 @@
 
 Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
 ``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), ``wal``
-(issue 4, ``bench/wal_bench.py``), ``backpressure`` (issue 7, ``bench/backpressure.py``),
+(issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6, ``bench/latency_bench.py``),
+``backpressure`` (issue 7, ``bench/backpressure.py``),
 then ``throughput`` (issue 11, the rate ladder below) with what is left of the time budget.
 Each writes its own section of ``BENCHMARKS.md`` (other sections are kept) and prints its
 tables; raw results go to ``bench/out/``.
@@ -43,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from bench import backpressure, store_bench, tracker_bench, wal_bench
+from bench import backpressure, latency_bench, store_bench, tracker_bench, wal_bench
 from bench.harness import (
     LadderResult,
     Machine,
@@ -68,11 +69,12 @@ SYSTEMS: dict[str, Runner] = {
 }
 """Every system the ladder can run, by name."""
 
-SECTIONS = ("store", "tracker", "wal", "backpressure", "throughput")
+SECTIONS = ("store", "tracker", "wal", "latency", "backpressure", "throughput")
 BEFORE_LADDER = {
     "store": store_bench,
     "tracker": tracker_bench,
     "wal": wal_bench,
+    "latency": latency_bench,
     "backpressure": backpressure,
 }
 FULL_RATES = [10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 600_000, 800_000]
@@ -106,7 +108,7 @@ def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> l
         argv = ["--seconds", "1" if quick else "5", "--pipeline-seconds", "10" if quick else "30"]
     elif section == "tracker":
         argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
-    elif section in ("wal", "backpressure"):
+    elif section in ("wal", "latency", "backpressure"):
         argv = ["--quick"] if quick else []
     else:
         raise ValueError(f"section must be one of {sorted(BEFORE_LADDER)}, got {section!r}")

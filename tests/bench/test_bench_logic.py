@@ -283,3 +283,16 @@ def test_wal_bench_verdicts_compare_with_the_targets():
     assert [ok for *_, ok in rows] == [False, True, True, True]
     assert rows[-1][1].startswith("0.85")
     assert "| NO |" in render_table(rows)
+
+
+def test_latency_bench_percentiles_and_verdict_rendering():
+    from bench.latency_bench import percentile, render
+
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 0.5) == 3.0
+    assert percentile(list(range(100)), 0.99) == 99
+    table = render(
+        {"batches": 10, "p50_ms": 40.0, "p99_ms": 90.0},
+        [{"batch_ms": 500, "block_ms": 100, "records": 9000, "p50_ms": 950.0, "p99_ms": 1300.0,
+          "target_ms": 900, "met": False}],
+    )  # fmt: skip
+    assert table.splitlines()[-1].endswith("| p50 ≤ 900 ms | NO |")
