@@ -137,8 +137,17 @@ def ingest(args: argparse.Namespace) -> int:
     config = StreamingConfig.from_spark_conf(
         dict(spark.sparkContext.getConf().getAll()), receiver_wal_enabled=bool(args.wal)
     )
-    ssc = StreamingContext(spark, interval_ms, checkpoint_dir=args.checkpoint, config=config)
-    ssc.receiver_stream(receiver).foreach_batch(sink, name=args.sink)
+
+    def create() -> StreamingContext:
+        ctx = StreamingContext(spark, interval_ms, checkpoint_dir=args.checkpoint, config=config)
+        ctx.receiver_stream(receiver).foreach_batch(sink, name=args.sink)
+        return ctx
+
+    # With a checkpoint a restart recovers: the batches a killed run left unfinished run
+    # again with the same blocks, and blocks it had received reach a batch.
+    ssc = StreamingContext.get_or_create(args.checkpoint, create) if args.checkpoint else create()
+    if ssc.recovered_from_checkpoint:
+        print(f"recovering from the checkpoint in {args.checkpoint}", file=sys.stderr, flush=True)
     progress = ProgressPrinter(ssc)
     ssc.add_streaming_listener(progress)
     interrupted = threading.Event()

@@ -277,7 +277,10 @@ def test_wal_bench_verdicts_compare_with_the_targets():
         "write": [{"size": 65536, "raw_mb_s": 100.0, "wal_mb_s": 60.0, "ratio": 0.6}],
         "add_block": {"threads": 16, "rate": 12_000.0, "p50_ms": 1.0, "p99_ms": 3.0},
         "recovery": {"rate": 2e6, "records": 10},
-        "pipeline": [{"wal": False, "rate": 1000.0}, {"wal": True, "rate": 850.0}],
+        "pipeline": [
+            {"form": "one", "wal": False, "rate": 1000.0},
+            {"form": "one", "wal": True, "rate": 850.0},
+        ],
     }
     rows = verdicts(results)
     assert [ok for *_, ok in rows] == [False, True, True, True]
