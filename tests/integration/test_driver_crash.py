@@ -11,7 +11,6 @@ stopped with SIGTERM (``stop_gracefully_on_shutdown``).
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import importlib.util
 import json
@@ -19,12 +18,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from processes import kill_session, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -37,37 +36,6 @@ def load_source_class():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.AckingSource
-
-
-def session_pids(sid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:
-                pids.append(int(entry))
-    return pids
-
-
-def kill_session(proc: subprocess.Popen) -> None:
-    """kill -9 the driver and everything it started (its JVM, Python workers)."""
-    for pid in session_pids(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    proc.wait(30)
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def manifests(out: str) -> dict[tuple[int, int], list[int]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import signal
@@ -14,25 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from processes import kill_session, wait_until
 
 pytestmark = pytest.mark.spark
-
-
-def session_pids(sid: int) -> list[int]:
-    pids = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
-            if int(f.read().rsplit(")", 1)[1].split()[3]) == sid:
-                pids.append(int(entry))
-    return pids
-
-
-def kill_session(proc: subprocess.Popen) -> None:
-    """kill -9 the command and everything it started (its JVM, Python workers)."""
-    for pid in session_pids(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    proc.wait(30)
 
 
 def output_lines(out: Path) -> set[str]:
@@ -43,15 +26,6 @@ def output_lines(out: Path) -> set[str]:
             for f in glob.glob(os.path.join(d, "*.parquet")):
                 values.update(pq.read_table(f).column("value").to_pylist())
     return values
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 @pytest.mark.timeout(420)
@@ -91,12 +65,18 @@ def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
         kill_session(first)
         assert first.returncode == -signal.SIGKILL
         second = start(1)
+
+        def log2() -> str:
+            logs[1].flush()
+            return Path(logs[1].name).read_text()
+
+        wait_until(lambda: "ingesting" in log2(), 180, "the restarted ingest")
+        assert "recovering from the checkpoint" in log2()
         assert done.wait(120), "the writer did not finish"
         wait_until(lambda: written <= output_lines(out), 180, "every line in the sink")
         second.send_signal(signal.SIGINT)  # Ctrl-C: graceful stop
         second.wait(120)
-        logs[1].flush()
-        assert second.returncode == 0, Path(logs[1].name).read_text()[-3000:]
+        assert second.returncode == 0, log2()[-3000:]
         assert len(written) == 6000
     finally:
         for p in procs:

@@ -27,6 +27,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
 from harness import free_port
+from processes import wait_until
 from service_fixtures import mosquitto_port, redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext
@@ -38,15 +39,6 @@ from spark_receivers.receivers import (
 )
 
 pytestmark = pytest.mark.spark
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 class Collected:
