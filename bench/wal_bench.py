@@ -3,8 +3,8 @@
     python -m bench.wal_bench                  # ~3 minutes, writes the `wal` section
     python -m bench.wal_bench --quick --no-write
 
-1. **WAL write vs raw fsync**: ``FileBasedWriteAheadLog.write`` (framing, CRC, fsync per
-   write) against a plain ``os.write`` + ``os.fsync`` loop of the same record sizes into
+1. **WAL write vs raw fsync**: ``FileBasedWriteAheadLog.write`` (framing, CRC, fdatasync
+   per write) against a plain ``os.write`` + ``os.fdatasync`` loop of the same record sizes into
    the same directory, interleaved: MB/s and the ratio (target >= 0.7).
 2. **Driver AddBlock/s with the batched WAL**: threads calling
    ``ReceivedBlockTracker.add_block`` concurrently on a batched driver WAL (fsync on, as
@@ -61,7 +61,7 @@ def bench_write(directory: str, size: int, seconds: float) -> dict[str, float]:
             for _ in range(8):  # rounds of 8 records each, alternating, same disk
                 t0 = time.perf_counter()
                 os.write(fd, payload)
-                os.fsync(fd)
+                os.fdatasync(fd)  # what the WAL calls (wal/_storage.py)
                 raw_s += time.perf_counter() - t0
                 raw_bytes += size
             for _ in range(8):
