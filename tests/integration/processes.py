@@ -1,13 +1,38 @@
-"""Helpers of the crash tests: wait for a condition, kill -9 a whole process session."""
+"""Helpers of the crash tests: the chaos harness, waiting, kill -9 of a process session."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+CHAOS = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
+
+
+def load_chaos_harness() -> ModuleType:
+    """``scripts/chaos.py`` as module ``chaos_harness`` (AckingSource, ReliableTcpReceiver).
+
+    It is registered with cloudpickle by value: executors cannot import it by name.
+    """
+    from pyspark import cloudpickle
+
+    module = sys.modules.get("chaos_harness")
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location("chaos_harness", CHAOS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chaos_harness"] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> None:

@@ -12,34 +12,20 @@ gracefully on SIGTERM: the query first, then the context. Prints ``FRESH`` or
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import signal
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark import cloudpickle
+from processes import load_chaos_harness
 from pyspark.sql import SparkSession
 
 from spark_receivers import StreamingConfig, StreamingContext
-
-CHAOS = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
-
-
-def load_harness():
-    spec = importlib.util.spec_from_file_location("chaos_harness", CHAOS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chaos_harness"] = module
-    spec.loader.exec_module(module)
-    cloudpickle.register_pickle_by_value(module)  # the executor cannot import it by name
-    return module
 
 
 def main() -> int:
@@ -51,7 +37,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--slow-ms", type=int, default=0)
     args = parser.parse_args()
-    harness = load_harness()
+    harness = load_chaos_harness()
     spark = (
         SparkSession.builder.master("local[3]")
         .appName("spark-receivers-structured-crash")

@@ -12,7 +12,6 @@ stopped with SIGTERM (``stop_gracefully_on_shutdown``).
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 import signal
@@ -23,19 +22,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from processes import kill_session, wait_until
+from processes import kill_session, load_chaos_harness, wait_until
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("driver_crash_scenario.py")
-
-
-def load_source_class():
-    spec = importlib.util.spec_from_file_location("chaos_harness", ROOT / "scripts" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.AckingSource
 
 
 def manifests(out: str) -> dict[tuple[int, int], list[int]]:
@@ -60,7 +51,7 @@ def outputs(out: str) -> dict[int, list[int]]:
 
 @pytest.mark.timeout(480)
 def test_driver_crash_mid_batch_recovers_the_same_batches_and_loses_nothing(tmp_path):
-    source = load_source_class()(rate=1000)
+    source = load_chaos_harness().AckingSource(rate=1000)
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     cmd = [sys.executable, str(SCENARIO), "--checkpoint", ckpt, "--out", out]

@@ -14,10 +14,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import processes
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from processes import kill_session
+from processes import kill_session, load_chaos_harness
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
@@ -30,21 +31,20 @@ from spark_receivers.rpc.transport import EndpointClient
 pytestmark = pytest.mark.spark
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("structured_crash_scenario.py")
 EPOCH_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
 EVENT_SCHEMA = pa.schema([("ts", pa.timestamp("ms", tz="UTC")), ("key", pa.string())])
 
 
 def wait_until(predicate, timeout_s: float, what: str, query=None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """processes.wait_until that fails at once, with its error, if ``query`` fails."""
+
+    def check():
         if query is not None and query.exception() is not None:
             raise AssertionError(f"the query failed: {query.exception()}")
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        return predicate()
+
+    processes.wait_until(check, timeout_s, what)
 
 
 class EventReceiver(Receiver):
@@ -210,15 +210,6 @@ def test_the_tracker_answers_readers_only_with_valid_requests(spark):
 # --- exactly-once across a driver crash ---------------------------------------------------------
 
 
-def load_source_class():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("chaos_harness", ROOT / "scripts" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.AckingSource
-
-
 def committed_files(sink: str) -> list[str]:
     """The data files of a file sink's committed batches (its ``_spark_metadata`` log)."""
     meta = os.path.join(sink, "_spark_metadata")
@@ -252,7 +243,7 @@ def batch_ids(directory: Path) -> list[int]:
 
 @pytest.mark.timeout(480)
 def test_kill_9_of_the_driver_mid_trigger_keeps_the_file_sink_exactly_once(tmp_path):
-    source = load_source_class()(rate=500)
+    source = load_chaos_harness().AckingSource(rate=500)
     sink, marks = str(tmp_path / "sink"), tmp_path / "marks"
     marks.mkdir()
     cmd = [sys.executable, str(SCENARIO), "--checkpoint", str(tmp_path / "ckpt")]
