@@ -64,6 +64,10 @@ BlockTrackerEvent = (
 )
 
 
+# One encoder for every event: json.dumps with separators builds a new encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode_event(event: BlockTrackerEvent) -> bytes:
     """Serialize an event as JSON (never pickle)."""
     match event:
@@ -87,7 +91,7 @@ def encode_event(event: BlockTrackerEvent) -> bytes:
             }
         case OffsetCommitEvent(stream_id=s, end=end, written_ms=w):
             body = {"t": "commit", "stream": s, "end": end, "written": w}
-    return json.dumps(body, separators=(",", ":")).encode()
+    return _ENCODER.encode(body).encode()
 
 
 def decode_event(data: bytes) -> BlockTrackerEvent:

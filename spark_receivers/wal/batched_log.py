@@ -105,23 +105,39 @@ class _State(enum.Enum):
 
 
 class _Request:
-    __slots__ = ("data", "done", "error", "handle", "state", "time_ms")
+    """One queued write.
+
+    ``latch`` is a plain lock held from creation until the write is finished
+    (succeeded or failed), so the writer waits with a single C-level acquire: an
+    ``Event`` per write (a Condition and a Python-level notify) cost about a fifth
+    of the driver's CPU per AddBlock.
+    """
+
+    __slots__ = ("data", "error", "finished", "handle", "latch", "state", "time_ms")
 
     def __init__(self, data: bytes, time_ms: int) -> None:
         self.data = data
         self.time_ms = time_ms
         self.state = _State.QUEUED
-        self.done = threading.Event()
+        self.latch = threading.Lock()
+        self.latch.acquire()
+        self.finished = False
         self.handle: RecordHandle | None = None
         self.error: BaseException | None = None
 
     def succeed(self, handle: RecordHandle) -> None:
         self.handle = handle
-        self.done.set()
+        self.finished = True
+        self.latch.release()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
-        self.done.set()
+        self.finished = True
+        self.latch.release()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the write is finished, False if ``timeout_s`` passed first."""
+        return self.latch.acquire(timeout=timeout_s)
 
 
 class BatchedWriteAheadLog(WriteAheadLog):
@@ -180,8 +196,8 @@ class BatchedWriteAheadLog(WriteAheadLog):
                 msg = f"BatchedWriteAheadLog is closed; write at time {time_ms} refused"
                 raise WriteAheadLogError(msg)
             self._queue.append(request)
-            self._cond.notify_all()
-        if not request.done.wait(self._timeout_s):
+            self._cond.notify()
+        if not request.wait(self._timeout_s):
             with self._cond:
                 if request.state is _State.QUEUED:
                     request.state = _State.CANCELLED
@@ -191,7 +207,7 @@ class BatchedWriteAheadLog(WriteAheadLog):
                         f"{self._timeout_s} s; withdrawn, it will not be written"
                     )
                     raise WriteAheadLogError(msg)
-            if not request.done.wait(0):
+            if not request.wait(0):
                 msg = (
                     f"WAL write at time {time_ms} not finished within {self._timeout_s} s; "
                     "it may or may not be durable"
@@ -221,7 +237,7 @@ class BatchedWriteAheadLog(WriteAheadLog):
         except BaseException as exc:  # noqa: BLE001 - every waiter gets the cause instead
             _log.error("batched WAL writer thread died; failing every pending write", exc_info=True)
             for request in batch:
-                if not request.done.is_set():
+                if not request.finished:
                     request.fail(exc)
             self._fail_all(exc)
 
