@@ -47,7 +47,7 @@ class SegmentWriter(Protocol):
     path: str
     size: int
 
-    def append(self, header: bytes, payload: bytes) -> int:
+    def append(self, header: bytes, payload: bytes | memoryview) -> int:
         """Write one frame, sync it, return its offset. On error the file is dropped."""
         ...
 
@@ -100,7 +100,7 @@ class _LocalWriter:
         self._sync = sync
         self._fsync = fsync
 
-    def append(self, header: bytes, payload: bytes) -> int:
+    def append(self, header: bytes, payload: bytes | memoryview) -> int:
         fd = self._fd
         if fd is None:
             msg = f"segment {self.path} is closed"
@@ -136,7 +136,7 @@ class _LocalWriter:
                 _log.warning("closing WAL segment %s failed", self.path, exc_info=True)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -240,7 +240,7 @@ class _ArrowWriter:
         self._sync = sync
         self._closed = False
 
-    def append(self, header: bytes, payload: bytes) -> int:
+    def append(self, header: bytes, payload: bytes | memoryview) -> int:
         if self._closed:
             msg = f"segment {self.path} is closed"
             raise OSError(errno.EBADF, msg)

@@ -125,10 +125,12 @@ class WriteAheadLog(ABC):
     """
 
     @abstractmethod
-    def write(self, data: bytes, time_ms: int) -> RecordHandle:
+    def write(self, data: bytes | bytearray | memoryview, time_ms: int) -> RecordHandle:
         """Durably append ``data`` stamped with ``time_ms``; return its handle.
 
-        Blocks until written. Raises :class:`WriteAheadLogError` on failure.
+        Blocks until written. ``data`` may be any contiguous byte buffer; it may be
+        written from without a copy, so it must not change until ``write`` returns.
+        Raises :class:`WriteAheadLogError` on failure.
         """
 
     @abstractmethod

@@ -174,7 +174,7 @@ class BatchedWriteAheadLog(WriteAheadLog):
         """The log batches are written to."""
         return self._wrapped
 
-    def write(self, data: bytes, time_ms: int) -> RecordHandle:
+    def write(self, data: bytes | bytearray | memoryview, time_ms: int) -> RecordHandle:
         """Queue ``data`` and block until its batch is written; return the batch's handle.
 
         Raises :class:`WriteAheadLogError` if the log is closed (before or while

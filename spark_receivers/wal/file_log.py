@@ -165,7 +165,7 @@ class FileBasedWriteAheadLog(WriteAheadLog):
 
     # ------------------------------------------------------------------ writes
 
-    def write(self, data: bytes, time_ms: int) -> RecordHandle:
+    def write(self, data: bytes | bytearray | memoryview, time_ms: int) -> RecordHandle:
         """Append ``data`` in the segment for ``time_ms``; return its handle once synced.
 
         Blocks for the write (and fsync). Retries on a fresh segment up to
@@ -178,7 +178,8 @@ class FileBasedWriteAheadLog(WriteAheadLog):
         if isinstance(time_ms, bool) or not isinstance(time_ms, int) or time_ms < 0:
             msg = f"time_ms must be an int >= 0, got {time_ms!r}"
             raise WriteAheadLogError(msg)
-        payload = bytes(data)
+        # No copy of a large record: the write is synchronous, so a view is enough.
+        payload = data if isinstance(data, bytes) else _byte_view(data)
         if len(payload) > self._max_record_bytes:
             msg = (
                 f"record of {len(payload)} bytes is above max_record_bytes="
@@ -441,3 +442,14 @@ def _make_storage(
     if isinstance(filesystem, pafs.LocalFileSystem):
         return LocalStorage(path, fsync_hook)
     return ArrowStorage(filesystem, path)
+
+
+def _byte_view(data: bytearray | memoryview) -> memoryview:
+    """``data`` as a flat view of unsigned bytes, without copying."""
+    view = memoryview(data)
+    if not view.c_contiguous:
+        msg = "WAL data must be a contiguous buffer; pass bytes(data) for a strided view"
+        raise TypeError(msg)
+    if view.format == "B" and view.ndim == 1:
+        return view
+    return view.cast("B")

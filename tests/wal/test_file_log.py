@@ -349,6 +349,23 @@ def test_invalid_writes_are_refused(log_dir: str) -> None:
     assert not os.path.exists(log_dir)
 
 
+
+def test_any_contiguous_buffer_is_written_as_its_bytes(log_dir: str) -> None:
+    import array
+
+    import pyarrow as pa
+
+    log = FileBasedWriteAheadLog(log_dir)
+    words = array.array("I", [1, 2, 3])  # a view with 4-byte items, not "B"
+    sources = [bytearray(b"ba"), memoryview(words), memoryview(pa.py_buffer(b"arrow"))]
+    handles = [log.write(s, i) for i, s in enumerate(sources)]
+    assert [h.length for h in handles] == [2, 12, 5]
+    assert [log.read(h) for h in handles] == [b"ba", words.tobytes(), b"arrow"]
+    with pytest.raises(TypeError, match="contiguous"):
+        log.write(memoryview(b"abcdef")[::2], 9)
+    log.close()
+    assert list(FileBasedWriteAheadLog(log_dir).read_all()) == [b"ba", words.tobytes(), b"arrow"]
+
 def test_uri_log_dir(tmp_path: object) -> None:
     log_dir = os.path.join(str(tmp_path), "uri-wal")
     log = FileBasedWriteAheadLog("file://" + log_dir)
