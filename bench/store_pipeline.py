@@ -155,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--wal", choices=("off", "on", "both"), default="off", help="receiver WAL (both: off, on)"
     )
+    p.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=0.0,
+        help="first run the first form this long, unmeasured (a cold JVM and cold Python "
+        "workers slow the first context, which would bias whichever mode runs first)",
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -171,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         wal_modes = {"off": [False], "on": [True], "both": [False, True]}[args.wal]
+        forms = [f for f in args.forms.split(",") if f]
+        if args.warmup_seconds > 0 and forms:
+            run_form(spark, forms[0], args.warmup_seconds, False)
         results = [
             run_form(spark, f, args.seconds, wal)
-            for f in args.forms.split(",")
-            if f
+            for f in forms
             for wal in wal_modes
         ]
     finally:

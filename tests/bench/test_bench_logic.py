@@ -287,6 +287,19 @@ def test_wal_bench_verdicts_compare_with_the_targets():
     assert rows[-1][1].startswith("0.85")
     assert "| NO |" in render_table(rows)
 
+    # Arrow batches are bounded by the disk: their WAL MB/s is compared with raw 64 MiB writes.
+    results["write"].append({"size": 64 << 20, "raw_mb_s": 300.0, "wal_mb_s": 290.0, "ratio": 0.97})
+    results["row_bytes"] = 100.0
+    results["pipeline"] += [
+        {"form": "arrow", "wal": False, "rate": 3e6},
+        {"form": "arrow", "wal": True, "rate": 2.4e6},
+    ]
+    rows = verdicts(results)
+    assert rows[-2][0].startswith("receiver throughput, WAL on / off, store(arrow)")
+    assert rows[-2][1] == "0.80 (2,400,000 / 3,000,000 rows/s; 240 MB/s of WAL)"
+    assert rows[-1][0].startswith("store(arrow) with the WAL on: WAL MB/s / raw fsync MB/s, 64")
+    assert rows[-1][1:] == ("0.80 (240 / 300 MB/s)", ">= 0.7", True)
+
 
 def test_latency_bench_percentiles_and_verdict_rendering():
     from bench.latency_bench import percentile, render
