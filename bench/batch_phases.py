@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=12)
     p.add_argument("--master", default="local[4]")
     p.add_argument("--partitions", type=int, default=None, help="read tasks (default: Spark's)")
+    p.add_argument(
+        "--chunk-lines",
+        type=int,
+        default=0,
+        help="lines per Arrow chunk of a block, as a socket receiver's reads make them "
+        "(~2,600 for its 256 KiB reads); 0: one chunk per block",
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     secret = new_secret()
     lines = warmup_lines(args.lines)
     per = len(lines) // args.blocks
-    tables = {
-        f"input-0-1-{i}": pa.table({"value": pa.array(lines[i * per : (i + 1) * per], pa.string())})
-        for i in range(args.blocks)
-    }
+    def block(part: list[str]) -> pa.Table:
+        step = args.chunk_lines or len(part) or 1
+        chunks = [pa.array(part[j : j + step], pa.string()) for j in range(0, len(part), step)]
+        return pa.table({"value": pa.chunked_array(chunks, pa.string())})
+
+    tables = {f"input-0-1-{i}": block(lines[i * per : (i + 1) * per]) for i in range(args.blocks)}
     server = FlightEndpoint(
         "phases", "127.0.0.1", secret, m.SUPERVISOR_MESSAGES, lambda _: True,
         lambda ticket: tables[ticket.decode()],

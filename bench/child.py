@@ -4,7 +4,10 @@ Protocol with the parent (``bench/step.py``):
 
 1. The parent starts the load generator, then ``python -m <module> <system> --port P ...``.
 2. The child starts Spark and its pipeline; its receiver connects, which starts the load
-   generator's clock. The pipeline reports every batch to a :class:`BatchRecorder`.
+   generator's clock. The pipeline reports every batch to a :class:`BatchRecorder`; once a
+   batch has its timings, its scheduling delay and its line count, the child prints it on
+   stdout as ``BATCH_PREFIX + json`` (again after every later update), so that the parent
+   can judge each rate step of the session while the next one runs.
 3. When the send window is over the parent writes one JSON line to the child's stdin:
    ``{"lines_sent": N}``. The child waits until its pipeline processed N lines or
    ``drain_s`` passed, stops Spark, and prints one line ``RESULT_PREFIX + json`` on stdout:
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "BATCH_PREFIX",
     "RESULT_PREFIX",
     "BatchRecorder",
     "ChildArgs",
@@ -43,6 +47,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RESULT_PREFIX = "BENCH_RESULT "
+BATCH_PREFIX = "BENCH_BATCH "
 WORD_MARK = "#lines"  # replaces each line's sequence number: its count is the line count
 
 
@@ -129,13 +134,18 @@ class BatchRecorder:
     """Collects per-batch fields from several threads; counts processed lines.
 
     ``update`` may be called from any thread (Spark's listener thread, the foreachRDD /
-    foreachBatch callback thread) and never blocks beyond a short lock.
+    foreachBatch callback thread) and never blocks beyond a short lock. ``on_update`` is
+    called under that lock with a copy of the entry after every update that leaves it
+    holding every field of ``LIVE_FIELDS``; it must be quick (the child prints a line).
     """
 
-    def __init__(self) -> None:
+    LIVE_FIELDS = ("batch_time_s", "completed_s", "lines", "processing_ms", "scheduling_delay_ms")
+
+    def __init__(self, on_update: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._cond = threading.Condition(threading.RLock())  # wait_for predicates re-enter
         self._batches: dict[int, dict[str, Any]] = {}
         self._lines = 0
+        self._on_update = on_update
 
     def update(self, batch_id: int, **fields: Any) -> None:
         with self._cond:
@@ -143,6 +153,8 @@ class BatchRecorder:
             if "lines" in fields:
                 self._lines += fields["lines"] - entry.get("lines", 0)
             entry.update(fields)
+            if self._on_update is not None and all(k in entry for k in self.LIVE_FIELDS):
+                self._on_update(dict(entry))
             self._cond.notify_all()
 
     @property
@@ -185,7 +197,11 @@ def child_main(pipelines: Mapping[str, Pipeline], argv: list[str] | None = None)
     """Run one step for ``args.system`` from ``pipelines`` and print the result line."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     args = parse_child_args(argv)
-    recorder = BatchRecorder()
+
+    def emit(entry: dict[str, Any]) -> None:
+        print(BATCH_PREFIX + json.dumps(entry), flush=True)
+
+    recorder = BatchRecorder(on_update=emit)
     error: str | None = None
     extra: dict[str, Any] = {}
     stop: Stop | None = None

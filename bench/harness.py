@@ -4,8 +4,9 @@
 - :class:`BatchSample` / :class:`StepResult`: one batch as a system reported it, and one
   (system, pipeline, offered rate) step reduced to the numbers we compare.
 - :func:`summarize_step`: the one place that decides "sustained", shared by every system.
-- :func:`run_ladder`: rising offered rates, interleaved across systems, each system stops
-  climbing after its first unsustained step; bounded by a time budget.
+- :func:`run_ladder`: rising offered rates, one session (one JVM) per system and pipeline
+  that climbs until its first unsustained step; bounded by a time budget shared out among
+  the sessions.
 - :func:`write_benchmarks_md`: replace or append one named section of ``BENCHMARKS.md``,
   leaving the other benchmarks' sections as they are.
 
@@ -34,6 +35,7 @@ __all__ = [
     "LadderResult",
     "Machine",
     "Runner",
+    "SessionResult",
     "StepResult",
     "headlines",
     "render_ratios",
@@ -46,7 +48,7 @@ __all__ = [
 
 PROCESSED_FRACTION = 0.95  # processed / sent, at the end of the drain
 OFFERED_FRACTION = 0.95  # sent / (rate * seconds): below it, the consumer pushed back over TCP
-DEFAULT_STEP_OVERHEAD_S = 30.0  # JVM start + drain + stop, until a step has been measured
+SESSION_OVERHEAD_S = 45.0  # JVM start, warm-up, stop: what a session costs besides its steps
 
 
 # -- the machine ------------------------------------------------------------------------------
@@ -227,15 +229,23 @@ def summarize_step(
     started_at_s: float | None,
     send_time_of: Callable[[int], float],
     batches: Iterable[BatchSample],
+    lines_before: int = 0,
     error: str | None = None,
     wall_s: float = 0.0,
     extra: Mapping[str, object] | None = None,
 ) -> StepResult:
     """Reduce one step's batches to a :class:`StepResult` and decide whether it was sustained.
 
+    A step is one rate of a session: ``started_at_s`` is when it began (monotonic),
+    ``lines_before`` how many lines the session had sent before it, ``lines_sent`` how many
+    it sent; ``batches`` are every batch of the session that had completed when the step is
+    judged (a few batch intervals after its end). Lines arrive in order on one connection, so
+    the lines processed so far are the first ones sent, and the step's processed lines are
+    those of its own sequence numbers: ``total - lines_before``, at most ``lines_sent``.
+
     Sustained means all of:
 
-    1. processed >= 95 % of sent (after the drain);
+    1. processed >= 95 % of sent (when the step is judged);
     2. sent >= 95 % of ``offered_rate * seconds``: a receiver that cannot keep up pushes back
        over TCP, and then the load generator cannot offer the rate at all;
     3. at least two batches in the steady-state window (the second half of the send window)
@@ -246,7 +256,7 @@ def summarize_step(
     line of a batch is ``(lines processed up to and including it) - 1``.
     """
     ordered = sorted(batches, key=lambda b: (b.batch_time_s, b.batch_id))
-    processed = sum(b.lines for b in ordered)
+    processed = max(0, min(sum(b.lines for b in ordered) - lines_before, lines_sent))
     window: list[BatchSample] = []
     latencies: list[float] = []
     if started_at_s is not None:
@@ -257,7 +267,7 @@ def summarize_step(
             if not lo <= b.batch_time_s < hi:
                 continue
             window.append(b)
-            if b.lines > 0 and cumulative <= lines_sent:
+            if b.lines > 0 and cumulative <= lines_before + lines_sent:
                 latencies.append((b.completed_s - send_time_of(cumulative - 1)) * 1000)
     processing = [b.processing_ms for b in window]
     delays = [b.scheduling_delay_ms for b in window if b.scheduling_delay_ms is not None]
@@ -306,17 +316,34 @@ def summarize_step(
 
 
 class Runner(Protocol):
-    """Runs one step of one system; see ``bench/run.py`` for how to register one."""
+    """Runs one session of one system; see ``bench/run.py`` for how to register one.
+
+    A session starts the system once and offers ``rates`` one after the other, ``step_s``
+    each, on the same connection; it ends after the first unsustained step, or before a
+    step that would end past ``budget_s`` from the call. It returns the steps it judged and
+    the rates it did not reach because of the budget.
+    """
 
     def __call__(
         self,
-        offered_rate: int | None,
-        seconds: float,
+        rates: Sequence[int],
+        step_s: float,
         batch_interval_s: float = 1.0,
         master: str = "local[4]",
         *,
         ingest_only: bool = False,
-    ) -> StepResult: ...
+        budget_s: float | None = None,
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> SessionResult: ...
+
+
+@dataclass
+class SessionResult:
+    """What one session (one system, one pipeline, one JVM) measured."""
+
+    steps: list[StepResult] = field(default_factory=list)
+    cut_rates: list[int] = field(default_factory=list)
+    """Rates of the schedule not run because the budget ended first."""
 
 
 @dataclass
@@ -332,43 +359,50 @@ class LadderResult:
 def run_ladder(
     systems: Mapping[str, Runner],
     rates: Sequence[int],
-    seconds: float,
+    step_s: float,
     *,
     pipelines: Sequence[str] = ("wordcount",),
+    ingest_systems: Sequence[str] | None = None,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     budget_s: float | None = None,
     on_step: Callable[[StepResult], None] | None = None,
 ) -> LadderResult:
-    """Climb ``rates`` for every (system, pipeline), rate by rate across systems.
+    """Climb ``rates`` in one session per (pipeline, system), pipelines first, in order.
 
-    Interleaving by rate (10k for every system, then 25k for every system still climbing...)
-    means a change in the machine's background load during the run hits every system alike.
-    A (system, pipeline) stops climbing after its first unsustained step. When the next step
-    would overrun ``budget_s``, the ladder stops and lists what it skipped.
+    A session pays the JVM's start and warm-up once for all its rates (a fresh JVM per rate
+    cost ~30 s of every ~50 s step). A session stops after its first unsustained step.
+    ``ingest_systems`` limits the ``ingest`` pipeline to those systems (all by default).
+    The budget is shared out as it goes: each session may use what is left divided by the
+    sessions still to run, so what an early-stopping system leaves goes to the ones after it.
     Blocks for the whole run; ``on_step`` is called on this thread after every step.
     """
     result = LadderResult(rates=list(rates))
-    climbing = [(name, p) for p in pipelines for name in systems]
+    sessions = [
+        (name, p)
+        for p in pipelines
+        for name in systems
+        if p != "ingest" or ingest_systems is None or name in ingest_systems
+    ]
     t0 = time.monotonic()
-    overheads: list[float] = []
-    for rate in rates:
-        for name, pipeline in list(climbing):
-            elapsed = time.monotonic() - t0
-            overhead = max(overheads) if overheads else DEFAULT_STEP_OVERHEAD_S
-            if budget_s is not None and elapsed + seconds + overhead > budget_s:
-                result.skipped.append((name, pipeline, rate))
+    for i, (name, pipeline) in enumerate(sessions):
+        share = None
+        if budget_s is not None:
+            share = (budget_s - (time.monotonic() - t0)) / (len(sessions) - i)
+            if share < SESSION_OVERHEAD_S + step_s:
+                result.skipped += [(name, pipeline, r) for r in rates]
                 continue
-            started = time.monotonic()
-            step = systems[name](
-                rate, seconds, batch_interval_s, master, ingest_only=pipeline == "ingest"
-            )
-            overheads.append(time.monotonic() - started - seconds)
-            result.steps.append(step)
-            if on_step is not None:
-                on_step(step)
-            if not step.sustained:
-                climbing.remove((name, pipeline))
+        session = systems[name](
+            rates,
+            step_s,
+            batch_interval_s,
+            master,
+            ingest_only=pipeline == "ingest",
+            budget_s=share,
+            on_step=on_step,
+        )
+        result.steps += session.steps
+        result.skipped += [(name, pipeline, r) for r in session.cut_rates]
     result.elapsed_s = time.monotonic() - t0
     return result
 

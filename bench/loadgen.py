@@ -48,7 +48,9 @@ import sys
 import threading
 import time
 from array import array
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 __all__ = [
     "BLOCK_LINES",
@@ -207,6 +209,12 @@ class LineServer:
     TCP receives bursts afterwards, and one that cannot keep up ends the window with
     ``lines_sent`` below ``rate * seconds``. ``rate=None`` sends flat out.
 
+    ``steps`` (instead of ``rate`` and ``seconds``) offers rising rates one after the other on
+    the same connection, ``[(rate, seconds), ...]``: the target is the integral of the rate so
+    far, so each step starts at its own rate without catching up on an earlier one's
+    shortfall. :meth:`lines_sent_by` tells how many lines had been sent at a given time, which
+    splits the counters by step.
+
     ``lines_sent`` counts exactly the lines the kernel accepted in full. The writer never
     leaves a torn line at the end of the window: it gives the last line ``close_grace_s`` to
     complete (see ``LineServerInfo.torn_line``). A reset connection may lose bytes the kernel
@@ -228,7 +236,16 @@ class LineServer:
         close_grace_s: float = 2.0,
         vocab_size: int = 1000,
         seed: int = 0,
+        steps: Sequence[tuple[int, float]] = (),
     ) -> None:
+        if steps:
+            if rate is not None or seconds != sum(d for _, d in steps):
+                raise ValueError("with steps, pass rate=None and seconds=sum of the steps' seconds")
+            for step_rate, step_s in steps:
+                if step_rate <= 0 or step_s <= 0:
+                    raise ValueError(
+                        f"every step needs rate > 0 and seconds > 0, got {(step_rate, step_s)}"
+                    )
         if rate is not None and rate <= 0:
             raise ValueError(f"rate must be > 0 lines/s or None (flat out), got {rate}")
         if not 0 < seconds <= _MAX_SECONDS:
@@ -239,11 +256,20 @@ class LineServer:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
         self.rate = rate
         self.seconds = seconds
+        self.steps = tuple(steps)
+        # Step k runs from _step_ends[k-1] to _step_ends[k] (seconds after the clock's zero);
+        # _step_lines[k] lines are due at the start of step k.
+        self._step_ends: list[float] = []
+        self._step_lines: list[float] = []
+        end = due = 0.0
+        for step_rate, step_s in self.steps:
+            self._step_lines.append(due)
+            end += step_s
+            due += step_rate * step_s
+            self._step_ends.append(end)
         self._host, self._port = host, port
         self._accept_timeout_s = accept_timeout_s
         self._tick_s = tick_s
-        # Send at least a tick's worth of lines (up to a block) at a time.
-        self._min_chunk = 1 if rate is None else max(1, min(BLOCK_LINES, int(rate * tick_s)))
         self._close_grace_s = close_grace_s
         self._pool = LinePool(vocab_size=vocab_size, seed=seed)
         self._cond = threading.Condition()
@@ -338,6 +364,34 @@ class LineServer:
             error=self._error,
         )
 
+    @classmethod
+    def stepped(cls, steps: Sequence[tuple[int, float]], **kwargs: Any) -> LineServer:
+        """A server offering ``steps`` = ``[(lines/s, seconds), ...]`` one after the other."""
+        return cls(None, sum(d for _, d in steps), steps=steps, **kwargs)
+
+    def step_window(self, index: int) -> tuple[float, float]:
+        """``(start, end)`` of step ``index`` in seconds after the clock's zero."""
+        if not 0 <= index < len(self.steps):
+            raise ValueError(f"index must be in [0, {len(self.steps)}), got {index}")
+        return (self._step_ends[index - 1] if index else 0.0), self._step_ends[index]
+
+    def lines_sent_by(self, t: float) -> int:
+        """Lines whose chunk started to be written before monotonic time ``t``.
+
+        Exact at a step boundary: a chunk is written in one go, at one rate.
+        """
+        i = bisect.bisect_left(self._chunk_time, t)
+        return self._chunk_seq[i] if i < len(self._chunk_seq) else self._next_seq
+
+    def _due(self, elapsed: float) -> tuple[float, int | None]:
+        """Lines due ``elapsed`` seconds after the clock's zero, and the rate then."""
+        if not self.steps:
+            return (0.0 if self.rate is None else self.rate * elapsed), self.rate
+        k = min(bisect.bisect_right(self._step_ends, elapsed), len(self.steps) - 1)
+        start = self._step_ends[k - 1] if k else 0.0
+        rate = self.steps[k][0]
+        return self._step_lines[k] + rate * (elapsed - start), rate
+
     def send_time_of(self, seq: int) -> float:
         """Monotonic time the chunk holding line ``seq`` started to be written.
 
@@ -426,11 +480,14 @@ class LineServer:
                 now = time.monotonic()
                 if now >= window_end:
                     return
-                if self.rate is None:
-                    deficit = BLOCK_LINES
+                due, rate = self._due(now - t0)
+                if rate is None:
+                    deficit = min_chunk = BLOCK_LINES
                 else:
-                    deficit = int(self.rate * (now - t0)) - self._next_seq
-                if deficit < self._min_chunk:
+                    deficit = int(due) - self._next_seq
+                    # At least a tick's worth of lines (up to a block) at a time.
+                    min_chunk = max(1, min(BLOCK_LINES, int(rate * self._tick_s)))
+                if deficit < min_chunk:
                     # Sleep to the next tick boundary: the rate stays smooth at tick granularity.
                     # Sending whatever few lines fell due while the last send ran would turn
                     # the loop into a busy one of tiny sends at high rates (a core of CPU at

@@ -20,7 +20,9 @@ import datetime as dt
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.child import (
@@ -33,8 +35,8 @@ from bench.child import (
     spark_conf,
     warmup_lines,
 )
-from bench.harness import StepResult
-from bench.step import run_child_step
+from bench.harness import SessionResult, StepResult
+from bench.step import run_child_session
 
 __all__ = ["run_dstream", "run_structured_socket"]
 
@@ -43,32 +45,36 @@ __all__ = ["run_dstream", "run_structured_socket"]
 
 
 def run_dstream(
-    offered_rate: int | None,
-    seconds: float,
+    rates: Sequence[int],
+    step_s: float,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     *,
     ingest_only: bool = False,
-) -> StepResult:
-    """One step of the DStream ``socketTextStream`` word count (or line count)."""
-    return run_child_step(
-        "dstream", "bench.peers", offered_rate, seconds, batch_interval_s, master,
-        ingest_only=ingest_only,
+    budget_s: float | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> SessionResult:
+    """The DStream ``socketTextStream`` word count (or line count) over ``rates``."""
+    return run_child_session(
+        "dstream", "bench.peers", rates, step_s, batch_interval_s, master,
+        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
     )  # fmt: skip
 
 
 def run_structured_socket(
-    offered_rate: int | None,
-    seconds: float,
+    rates: Sequence[int],
+    step_s: float,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     *,
     ingest_only: bool = False,
-) -> StepResult:
-    """One step of the Structured Streaming ``socket`` source word count (or line count)."""
-    return run_child_step(
-        "structured_socket", "bench.peers", offered_rate, seconds, batch_interval_s, master,
-        ingest_only=ingest_only,
+    budget_s: float | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> SessionResult:
+    """The Structured Streaming ``socket`` source word count (or line count) over ``rates``."""
+    return run_child_session(
+        "structured_socket", "bench.peers", rates, step_s, batch_interval_s, master,
+        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
     )  # fmt: skip
 
 
@@ -221,7 +227,21 @@ def _structured_socket(args: ChildArgs, recorder: BatchRecorder) -> Stop:
         .start()
     )
 
+    # Batch timings come from the query's progress reports: poll them, so that each batch
+    # reaches the parent while the session runs (a Python StreamingQueryListener would be
+    # called back over py4j on Spark's listener thread; a poll costs less and needs no bridge).
+    polling = threading.Event()
+
+    def poll_progress() -> None:
+        while not polling.wait(0.5):
+            _record_progress(query.recentProgress, recorder, args.batch_interval_ms)
+
+    poller = threading.Thread(target=poll_progress, name="bench-progress", daemon=True)
+    poller.start()
+
     def stop() -> dict[str, Any]:
+        polling.set()
+        poller.join(10)
         query.stop()
         _record_progress(query.recentProgress, recorder, args.batch_interval_ms)
         version = spark.version

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bench.child import (
@@ -41,8 +41,8 @@ from bench.child import (
     spark_conf,
     warmup_lines,
 )
-from bench.harness import StepResult
-from bench.step import run_child_step
+from bench.harness import SessionResult, StepResult
+from bench.step import run_child_session
 
 __all__ = ["WAL_SYSTEMS", "run_spark_receivers", "run_spark_receivers_wal", "wal_status"]
 
@@ -60,32 +60,36 @@ WAL_SYSTEMS = ("spark_receivers_wal",)
 
 
 def run_spark_receivers(
-    offered_rate: int | None,
-    seconds: float,
+    rates: Sequence[int],
+    step_s: float,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     *,
     ingest_only: bool = False,
-) -> StepResult:
-    """One step of the spark-receivers word count (or line count), receiver WAL off."""
-    return run_child_step(
-        "spark_receivers", "bench.receivers", offered_rate, seconds, batch_interval_s, master,
-        ingest_only=ingest_only,
+    budget_s: float | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> SessionResult:
+    """spark-receivers word count (or line count), receiver WAL off, over ``rates``."""
+    return run_child_session(
+        "spark_receivers", "bench.receivers", rates, step_s, batch_interval_s, master,
+        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
     )  # fmt: skip
 
 
 def run_spark_receivers_wal(
-    offered_rate: int | None,
-    seconds: float,
+    rates: Sequence[int],
+    step_s: float,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     *,
     ingest_only: bool = False,
-) -> StepResult:
-    """One step of the spark-receivers word count (or line count), receiver + driver WAL on."""
-    return run_child_step(
-        "spark_receivers_wal", "bench.receivers", offered_rate, seconds, batch_interval_s, master,
-        ingest_only=ingest_only,
+    budget_s: float | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> SessionResult:
+    """spark-receivers word count (or line count), receiver + driver WAL, over ``rates``."""
+    return run_child_session(
+        "spark_receivers_wal", "bench.receivers", rates, step_s, batch_interval_s, master,
+        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
     )  # fmt: skip
 
 

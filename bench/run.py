@@ -1,7 +1,8 @@
 """Throughput rate ladder: every system, same machine, same run, same load (issue 11).
 
-    python -m bench.run --quick                       # smoke: every section, ~9 min
-    python -m bench.run                               # every section, ~28 min
+    python -m bench.run --quick                       # smoke: every section
+    python -m bench.run                               # every section
+    python -m bench.run --sections throughput         # the ladder alone, <= 15 min
     python -m bench.run --sections throughput --systems dstream --pipelines wordcount,ingest
 
 Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
@@ -9,9 +10,13 @@ Sections (``--sections``, all by default, run in this order): ``store`` (issue 3
 (issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6, ``bench/latency_bench.py``),
 ``backpressure`` (issue 7, ``bench/backpressure.py``),
 then ``throughput`` (issue 11, the rate ladder below). The sections before the ladder are
-bounded by their own lengths (~13 minutes in all; the backpressure acceptance alone is
-2 x 2 minutes); the ladder has its own budget, ``--budget-minutes`` (15 by default), which
-it stops starting steps after.
+bounded by their own lengths; the ladder has its own budget, ``--budget-minutes`` (15 by
+default), shared out among its sessions (see :func:`bench.harness.run_ladder`).
+
+The ladder runs one session per system and pipeline: one JVM that is offered the rates one
+after the other (``--seconds`` each) and judged step by step while it runs, until its first
+unsustained step. The ``ingest`` pipeline (a line count, which separates a system's receive
+path from Spark's processing) runs for ``--ingest-systems`` only.
 Each writes its own section of ``BENCHMARKS.md`` (other sections are kept) and prints its
 tables; raw results go to ``bench/out/``.
 
@@ -19,20 +24,19 @@ Adding a system
 ---------------
 Register a function with the :class:`bench.harness.Runner` signature in :data:`SYSTEMS`::
 
-    def run_spark_receivers(offered_rate: int | None, seconds: float,
+    def run_spark_receivers(rates: Sequence[int], step_s: float,
                             batch_interval_s: float = 1.0, master: str = "local[4]", *,
-                            ingest_only: bool = False) -> StepResult: ...
+                            ingest_only: bool = False, budget_s: float | None = None,
+                            on_step=None) -> SessionResult: ...
 
-It must start its own load (a :class:`bench.loadgen.LineServer`) and Spark, run the word
-count (``ingest_only``: a line count) for ``seconds`` at ``offered_rate`` lines/s, drain for a
-few batch intervals, and return :func:`bench.harness.summarize_step`'s result. The easy way
-is the subprocess protocol the peers use: write a child pipeline
-``pipeline(args: ChildArgs, recorder: BatchRecorder) -> stop`` (see ``bench/child.py`` and
-``bench/peers.py``), serve it with ``child_main({"spark_receivers": pipeline})`` under
-``if __name__ == "__main__"`` in its module, and make the runner::
-
-    return run_child_step("spark_receivers", "bench.receivers", offered_rate, seconds,
-                          batch_interval_s, master, ingest_only=ingest_only)
+It must start its own load (a stepped :class:`bench.loadgen.LineServer`) and Spark, run the
+word count (``ingest_only``: a line count) over the rates, and judge each step with
+:func:`bench.harness.summarize_step`. The easy way is the subprocess protocol the peers use:
+write a child pipeline ``pipeline(args: ChildArgs, recorder: BatchRecorder) -> stop`` (see
+``bench/child.py`` and ``bench/peers.py``) that reports every batch's timings, scheduling
+delay and line count to the recorder, serve it with ``child_main({"name": pipeline})`` under
+``if __name__ == "__main__"`` in its module, and make the runner call
+:func:`bench.step.run_child_session` with the same arguments.
 """
 
 from __future__ import annotations
@@ -80,29 +84,36 @@ BEFORE_LADDER = {
     "latency": latency_bench,
     "backpressure": backpressure,
 }
-FULL_RATES = [10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 600_000, 800_000]
-FULL_STEP_S = 20.0
+FULL_RATES = [
+    10_000, 25_000, 50_000, 100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 800_000,
+]  # fmt: skip
+FULL_STEP_S = 15.0
 FULL_BUDGET_S = 15 * 60.0
-QUICK_RATES = [10_000, 20_000]
+QUICK_RATES = [10_000, 50_000]
 QUICK_STEP_S = 10.0
-QUICK_BUDGET_S = 4 * 60.0
+QUICK_BUDGET_S = 5 * 60.0
+INGEST_SYSTEMS = ("dstream", "spark_receivers")
+"""By default the line count runs for these: PySpark's JVM receiver path against ours."""
 
 NOTES = """\
 Workload: a TCP line server (`bench/loadgen.py`) offers 100-byte lines (a 10-digit sequence
 number, then words from a seeded 1,000-word vocabulary) at a fixed rate, paced every 10 ms,
 open loop; its clock starts when the system's receiver connects. Each system splits lines
 into words, counts per word per 1 s batch and collects the counts to the driver (`ingest`:
-counts lines only). Every step runs in a fresh subprocess and JVM (`local[4]`, 4 shuffle
-partitions, UI off, 2 GB driver), after a warm-up job on sample lines.
+counts lines only). Each system and pipeline runs as one session: a fresh subprocess and JVM
+(`local[4]`, 4 shuffle partitions, UI off, 2 GB driver) that runs a warm-up job on sample
+lines, then is offered the ladder's rates one after the other on the same connection.
 
 A step is **sustained** when: processed ≥ 95 % of sent; sent ≥ 95 % of offered (otherwise
 the receiver pushed back over TCP); and in the steady-state window (the second half of the
-step) every batch's scheduling delay stays under one batch interval. Structured Streaming
+step) every batch's scheduling delay stays under one batch interval. A step is judged 3 s
+after it ends (while the next one runs), from the batches completed by then; a session
+stops after its first unsustained step. Structured Streaming
 has no scheduling queue: its delay is how far past its trigger time a batch started because
 the previous batch overran (what Spark logs as "Current batch is falling behind").
 Latency: batch completion minus the send time of the newest line in that batch.
-Systems are interleaved rate by rate, so background load on the machine hits all alike;
-a system stops climbing after its first unsustained step."""
+Sessions run one after the other, so a change in the machine's background load hits them
+unequally: read each step with its `load 1m` column."""
 
 
 def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> list[str]:
@@ -151,6 +162,7 @@ def run(
     seconds: float,
     pipelines: list[str],
     budget_s: float,
+    ingest_systems: list[str] | None = None,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     on_step: Callable[[StepResult], None] = _print_step,
@@ -161,6 +173,7 @@ def run(
         rates,
         seconds,
         pipelines=pipelines,
+        ingest_systems=ingest_systems,
         batch_interval_s=batch_interval_s,
         master=master,
         budget_s=budget_s,
@@ -174,9 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"from {','.join(SECTIONS)}")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"from {sorted(SYSTEMS)}")
     p.add_argument("--pipelines", default="wordcount,ingest", help="wordcount,ingest")
+    p.add_argument(
+        "--ingest-systems",
+        default=",".join(INGEST_SYSTEMS),
+        help="systems that also run the ingest pipeline ('all' for every one)",
+    )
     p.add_argument("--rates", help="comma-separated lines/s (overrides the ladder)")
     p.add_argument("--seconds", type=float, help="seconds per step")
-    p.add_argument("--budget-minutes", type=float, help="stop starting steps after this")
+    p.add_argument("--budget-minutes", type=float, help="the ladder's time budget")
     p.add_argument("--master", default="local[4]")
     p.add_argument("--batch-interval", type=float, default=1.0)
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
@@ -191,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown systems {unknown}; known: {sorted(SYSTEMS)}")
     pipelines = [x for x in args.pipelines.split(",") if x]
+    ingest_systems = (
+        None if args.ingest_systems == "all" else [x for x in args.ingest_systems.split(",") if x]
+    )
+    if ingest_systems is not None and not set(ingest_systems) <= set(SYSTEMS):
+        p.error(f"--ingest-systems must be from {sorted(SYSTEMS)} or 'all'")
     if not set(pipelines) <= {"wordcount", "ingest"}:
         p.error(f"--pipelines must be from wordcount,ingest; got {args.pipelines}")
     rates = (
@@ -226,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=seconds,
         pipelines=pipelines,
         budget_s=budget_s,
+        ingest_systems=ingest_systems,
         batch_interval_s=args.batch_interval,
         master=args.master,
     )

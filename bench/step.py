@@ -1,15 +1,19 @@
-"""The parent half of a benchmark step: load generator here, Spark in a fresh subprocess.
+"""The parent half of a benchmark session: load generator here, Spark in a fresh subprocess.
 
-:func:`run_child_step` is what every system's runner calls::
+:func:`run_child_session` is what every system's runner calls::
 
-    def run_dstream(offered_rate, seconds, batch_interval_s=1.0, master="local[4]", *,
-                    ingest_only=False):
-        return run_child_step("dstream", "bench.peers", offered_rate, seconds,
-                              batch_interval_s, master, ingest_only=ingest_only)
+    def run_dstream(rates, step_s, batch_interval_s=1.0, master="local[4]", *,
+                    ingest_only=False, budget_s=None, on_step=None):
+        return run_child_session("dstream", "bench.peers", rates, step_s, batch_interval_s,
+                                 master, ingest_only=ingest_only, budget_s=budget_s,
+                                 on_step=on_step)
 
 The child is ``python -m <child_module> <system> --port P --seconds S ... --json``; see
-``bench/child.py`` for its side of the protocol. Every step gets its own JVM, so nothing
-(caches, JIT, leaked threads, a backlog) carries from one step or system to the next.
+``bench/child.py`` for its side of the protocol. A session is one child, one JVM: the load
+generator offers the rates one after the other, ``step_s`` each, on the same connection, and
+the parent judges each step from the batches the child reports as they complete, a few batch
+intervals after the step ended (while the next step runs). The session ends after the first
+unsustained step, so no step starts with a backlog an earlier one left beyond its verdict.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.child import RESULT_PREFIX
-from bench.harness import BatchSample, StepResult, summarize_step
+from bench.child import BATCH_PREFIX, RESULT_PREFIX
+from bench.harness import BatchSample, SessionResult, StepResult, summarize_step
 from bench.loadgen import LineServer
 
-__all__ = ["LOG_DIR", "REPO_ROOT", "run_child_step"]
+__all__ = ["LOG_DIR", "REPO_ROOT", "run_child_session"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOG_DIR = REPO_ROOT / "bench" / "out" / "logs"
@@ -53,40 +58,77 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     proc.wait(30)
 
 
-def run_child_step(
+class _ChildOutput:
+    """The child's stdout, read on a thread: live batches (latest per id) and the result."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self._lock = threading.Lock()
+        self._batches: dict[int, dict[str, Any]] = {}
+        self.result: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        for line in proc.stdout or []:
+            if line.startswith(BATCH_PREFIX):
+                entry = json.loads(line[len(BATCH_PREFIX) :])
+                with self._lock:
+                    self._batches[entry["batch_id"]] = entry
+            elif line.startswith(RESULT_PREFIX):
+                self.result = json.loads(line[len(RESULT_PREFIX) :])
+
+    def batches(self) -> list[BatchSample]:
+        with self._lock:
+            return [BatchSample.from_dict(e) for e in self._batches.values()]
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+
+def run_child_session(
     system: str,
     child_module: str,
-    offered_rate: int | None,
-    seconds: float,
+    rates: Sequence[int],
+    step_s: float,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     *,
     ingest_only: bool = False,
+    budget_s: float | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
     startup_timeout_s: float = 180.0,
     drain_batches: int = 4,
     stop_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
-) -> StepResult:
-    """Run one step of ``system`` and summarize it; blocks, bounded by the timeouts.
+) -> SessionResult:
+    """Run one session of ``system`` over ``rates`` and judge every step; blocks, bounded.
 
-    Bounds: the child has ``startup_timeout_s`` to connect, then the send window runs
-    ``seconds``, then the child has ``drain_batches * batch_interval_s`` to drain plus
-    ``stop_timeout_s`` to stop and report; past that its process group is killed.
+    Step ``k`` is judged ``2 * batch_interval_s + 1`` seconds after it ended, from the batches
+    reported by then. Bounds: the child has ``startup_timeout_s`` to connect; the session
+    ends after the first unsustained step, or before a step that would be judged later than
+    ``budget_s`` after the call; then the child has ``drain_batches * batch_interval_s`` to
+    drain plus ``stop_timeout_s`` to stop and report, past which its process group is killed.
+    The session's own figures (lines sent and processed in all, the child's ``extra``, the
+    log) go in the ``extra`` of its last step.
     """
+    if not rates:
+        raise ValueError("a session needs at least one rate")
     pipeline = "ingest" if ingest_only else "wordcount"
-    rate_label = "max" if offered_rate is None else str(offered_rate)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / f"{system}-{pipeline}-{rate_label}.log"
+    log_path = LOG_DIR / f"{system}-{pipeline}.log"
+    raw_path = log_path.with_suffix(".json")
     drain_s = drain_batches * batch_interval_s
+    grace_s = 2 * batch_interval_s + 1.0
+    t_call = time.monotonic()
+    session_end = None if budget_s is None else t_call + budget_s
+    result = SessionResult()
     error: str | None = None
-    payload: dict[str, Any] = {}
-    t_wall = time.monotonic()
-    load_at_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
-    with LineServer(offered_rate, seconds, accept_timeout_s=startup_timeout_s) as server:
+    server = LineServer.stepped([(r, step_s) for r in rates], accept_timeout_s=startup_timeout_s)
+    with server:
         cmd = [
             sys.executable, "-m", child_module, system,
             "--port", str(server.port),
-            "--seconds", str(seconds),
+            "--seconds", str(server.seconds),
             "--batch-interval", str(batch_interval_s),
             "--master", master,
             "--drain", str(drain_s),
@@ -105,76 +147,92 @@ def run_child_step(
                 text=True,
                 start_new_session=True,
             )
-            stdout_lines: list[str] = []
-            reader = threading.Thread(
-                target=lambda: stdout_lines.extend(proc.stdout or []), daemon=True
-            )
-            reader.start()
-            # Wake on whichever comes first: the window closing or the child dying.
-            either = threading.Event()
+            output = _ChildOutput(proc)
+            exited = threading.Event()
 
-            def on_window_end() -> None:
-                server.wait_finished()  # bounded: accept timeout + seconds
-                either.set()
-
-            def on_child_exit() -> None:
+            def watch_child() -> None:
                 proc.wait()
-                either.set()
+                exited.set()
 
-            threading.Thread(target=on_window_end, daemon=True).start()
-            threading.Thread(target=on_child_exit, daemon=True).start()
-            either.wait(startup_timeout_s + seconds + 30)
+            threading.Thread(target=watch_child, daemon=True).start()
+            connected = threading.Thread(target=server.wait_connected, daemon=True)
+            connected.start()
+            while connected.is_alive() and not exited.wait(0.2):
+                pass  # whichever first: the receiver connects, the child dies, or the timeout
+            t0 = server.info().started_at_s
+            if t0 is None:
+                error = server.info().error or f"child exited with {proc.returncode}"
+                error = f"never connected: {error}; see {log_path}"
+            for k, rate in enumerate(rates if t0 is not None else ()):
+                start, end = server.step_window(k)
+                exited.wait(max(0.0, t0 + end + grace_s - time.monotonic()))
+                if exited.is_set():
+                    error = f"child exited ({proc.returncode}) during the session; see {log_path}"
+                lines_before = server.lines_sent_by(t0 + start)
+                step = summarize_step(
+                    system=system,
+                    pipeline=pipeline,
+                    offered_rate=rate,
+                    seconds=step_s,
+                    batch_interval_s=batch_interval_s,
+                    lines_sent=server.lines_sent_by(t0 + end) - lines_before,
+                    lines_before=lines_before,
+                    started_at_s=t0 + start,
+                    send_time_of=server.send_time_of,
+                    batches=output.batches(),
+                    error=error or server.info().error,
+                    wall_s=step_s,
+                    extra={"load_1m": round(os.getloadavg()[0], 2)},
+                )
+                result.steps.append(step)
+                if on_step is not None:
+                    on_step(step)
+                if not step.sustained:
+                    break
+                if k + 1 < len(rates) and session_end is not None:
+                    _, next_end = server.step_window(k + 1)
+                    if t0 + next_end + grace_s + drain_s > session_end:
+                        result.cut_rates = list(rates[k + 1 :])
+                        break
+            server.stop()  # the receiver reads EOF
             info = server.info()
             try:
-                if proc.poll() is not None:
-                    error = f"child exited with {proc.returncode} during the window; see {log_path}"
-                elif not server.wait_finished(0):
-                    error = f"load generator did not finish in time; see {log_path}"
-                elif info.error:
-                    error = f"load generator: {info.error}; see {log_path}"
                 if proc.poll() is None and proc.stdin is not None:
                     proc.stdin.write(json.dumps({"lines_sent": info.lines_sent}) + "\n")
                     proc.stdin.close()
                 proc.wait(drain_s + stop_timeout_s)
             except subprocess.TimeoutExpired:
-                error = (
-                    error or f"child overran drain + stop ({drain_s + stop_timeout_s} s); killed"
-                )
+                error = error or f"child overran drain + stop ({drain_s + stop_timeout_s} s)"
                 _kill_group(proc)
             except BrokenPipeError:
                 proc.wait(stop_timeout_s)
-            finally:
-                server.stop()
-            reader.join(10)
-    info = server.info()
-    for line in stdout_lines:
-        if line.startswith(RESULT_PREFIX):
-            payload = json.loads(line[len(RESULT_PREFIX) :])
-    raw_path = log_path.with_suffix(".json")
+            output.join(10)
+    payload = output.result
     raw_path.write_text(
         json.dumps(
-            {"server": asdict(info), "chunks": len(server.chunk_times()), **payload}, indent=1
+            {"server": asdict(info), "rates": list(rates), "step_s": step_s, **payload}, indent=1
         )
     )
     if not payload and error is None:
         error = f"child printed no result (exit {proc.returncode}); see {log_path}"
     error = error or payload.get("error")
-    batches = [BatchSample.from_dict(b) for b in payload.get("batches", [])]
-    extra = dict(payload.get("extra", {}))
-    extra["load_1m"] = round(max(load_at_start, os.getloadavg()[0]), 2)
-    extra["log"] = str(log_path.relative_to(REPO_ROOT))
-    extra["raw"] = str(raw_path.relative_to(REPO_ROOT))
-    return summarize_step(
-        system=system,
-        pipeline=pipeline,
-        offered_rate=offered_rate,
-        seconds=seconds,
-        batch_interval_s=batch_interval_s,
-        lines_sent=info.lines_sent,
-        started_at_s=info.started_at_s,
-        send_time_of=server.send_time_of,
-        batches=batches,
-        error=error,
-        wall_s=time.monotonic() - t_wall,
-        extra=extra,
-    )
+    processed = sum(int(b.get("lines", 0)) for b in payload.get("batches", []))
+    processed += int(payload.get("extra", {}).get("lines_in_incomplete_batches", 0))
+    session = {
+        **payload.get("extra", {}),
+        "session_lines_sent": info.lines_sent,
+        "session_lines_processed": processed,
+        "session_wall_s": round(time.monotonic() - t_call, 1),
+        "log": str(log_path.relative_to(REPO_ROOT)),
+        "raw": str(raw_path.relative_to(REPO_ROOT)),
+    }
+    if not result.steps:  # it never got to a step: report the failure as its first one
+        result.steps.append(
+            StepResult(system, pipeline, rates[0], step_s, 0, 0, reason=error or "", error=error)
+        )
+    last = result.steps[-1]
+    last.extra.update(session)
+    if error and last.sustained:  # the session failed after its last verdict: say so there
+        reason = f"error: {error[:160]}"
+        result.steps[-1] = replace(last, sustained=False, reason=reason, error=error)
+    return result

@@ -126,3 +126,40 @@ def test_stop_ends_the_window_early():
 def test_invalid_config_names_the_key(kwargs):
     with pytest.raises(ValueError, match=r"rate|seconds"):
         LineServer(**kwargs)
+
+
+def test_stepped_rates_split_the_stream_by_step():
+    steps = [(2_000, 0.5), (20_000, 0.5)]
+    with LineServer.stepped(steps) as server:
+        result: list[list[bytes]] = []
+        reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
+        reader.start()
+        assert server.wait_finished(WAIT_S)
+        reader.join(WAIT_S)
+    info = server.info()
+    assert info.error is None and info.seconds == 1.0
+    check_stream(result[0], info.lines_sent)
+    assert info.started_at_s is not None
+    assert server.step_window(0) == (0.0, 0.5) and server.step_window(1) == (0.5, 1.0)
+    boundary = server.lines_sent_by(info.started_at_s + 0.5)
+    assert server.lines_sent_by(info.started_at_s) == 0
+    assert server.lines_sent_by(info.started_at_s + 5) == info.lines_sent
+    # The first step's rate, then ten times as much: the second step does not catch up on
+    # the first (its lines are due from where the first ended).
+    assert 500 <= boundary <= 1_500
+    assert 7_000 <= info.lines_sent - boundary <= 11_500
+    with pytest.raises(ValueError, match="index"):
+        server.step_window(2)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rate": 10, "seconds": 1, "steps": [(10, 1)]},
+        {"rate": None, "seconds": 2, "steps": [(10, 1)]},
+        {"rate": None, "seconds": 1, "steps": [(0, 1)]},
+    ],
+)
+def test_invalid_steps_are_refused(kwargs):
+    with pytest.raises(ValueError, match="step"):
+        LineServer(**kwargs)

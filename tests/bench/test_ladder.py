@@ -1,0 +1,166 @@
+"""The throughput ladder's judgement of a step, its sessions and its budget (no Spark)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# bench/ is a top-level directory of the repository, not part of the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.child import BatchRecorder
+from bench.harness import (
+    SESSION_OVERHEAD_S,
+    BatchSample,
+    SessionResult,
+    StepResult,
+    headlines,
+    run_ladder,
+    summarize_step,
+)
+
+RATE = 1_000  # lines/s; one line sent every millisecond from t = 0
+
+
+def send_time(seq: int) -> float:
+    return seq / RATE
+
+
+def batches(until_s: int, *, delay_ms: float = 0.0, lines: int = RATE) -> list[BatchSample]:
+    """One batch per second, cut at t = 1, 2, ..., each holding the lines of its second."""
+    return [
+        BatchSample(t, float(t), t + 0.5 + delay_ms / 1000, lines, 500.0, delay_ms)
+        for t in range(1, until_s + 1)
+    ]
+
+
+def judge(step: int, seen: list[BatchSample], **kwargs: object) -> StepResult:
+    """Step ``step`` of a session of 10 s steps at RATE, with the batches ``seen``."""
+    args: dict = {
+        "system": "s",
+        "pipeline": "wordcount",
+        "offered_rate": RATE,
+        "seconds": 10.0,
+        "batch_interval_s": 1.0,
+        "lines_sent": 10 * RATE,
+        "lines_before": 10 * RATE * step,
+        "started_at_s": 10.0 * step,
+        "send_time_of": send_time,
+        "batches": seen,
+    }
+    args.update(kwargs)
+    return summarize_step(**args)
+
+
+def test_a_later_step_counts_only_its_own_lines():
+    # Judged 3 s after the second step ended: 23 batches, 23,000 lines processed in all.
+    second = judge(1, batches(23))
+    assert second.sustained, second.reason
+    assert second.lines_processed == 10 * RATE  # not the 3,000 of the step after it
+    assert second.batches_in_window == 5  # cut at 15..19 s: the second half
+    # Latency from the global sequence numbers: a batch ends 0.5 s after its cut, and its
+    # newest line was sent 1 ms before the cut.
+    assert second.latency_p50_ms is not None and abs(second.latency_p50_ms - 501) < 1e-6
+
+
+def test_a_step_whose_lines_are_not_processed_yet_is_not_sustained():
+    # Only the first 14 s were processed when the second step is judged: a backlog.
+    second = judge(1, batches(14))
+    assert not second.sustained
+    assert second.lines_processed == 4 * RATE
+    assert "processed 4000/10000 sent" in second.reason
+    assert "0 batches of the second half completed" in second.reason
+
+
+def test_scheduling_delay_past_one_interval_fails_the_step():
+    second = judge(1, batches(23, delay_ms=1_200))
+    assert not second.sustained
+    assert "scheduling delay reached 1,200 ms" in second.reason
+
+
+def test_a_receiver_that_pushes_back_fails_the_step():
+    second = judge(1, batches(23), lines_sent=8 * RATE)
+    assert "TCP backpressure" in second.reason
+
+
+def test_the_recorder_reports_a_batch_once_it_has_every_live_field():
+    seen: list[dict] = []
+    recorder = BatchRecorder(on_update=seen.append)
+    recorder.update(7, batch_time_s=1.0, lines=10, completed_s=2.0, processing_ms=900.0)
+    assert seen == []  # the scheduling delay comes from the listener, later
+    recorder.update(7, scheduling_delay_ms=3.0)
+    recorder.update(7, processing_ms=950.0)  # the listener's figure replaces the callback's
+    assert [e["processing_ms"] for e in seen] == [900.0, 950.0]
+    assert recorder.lines == 10
+
+
+class FakeSystem:
+    """A runner whose sessions sustain every rate up to ``ceiling``; a step costs ``cost_s``."""
+
+    def __init__(self, ceiling: int, clock: list[float], cost_s: float) -> None:
+        self.ceiling, self.clock, self.cost_s = ceiling, clock, cost_s
+        self.budgets: list[float | None] = []
+
+    def __call__(
+        self,
+        rates: Sequence[int],
+        step_s: float,
+        batch_interval_s: float = 1.0,
+        master: str = "local[4]",
+        *,
+        ingest_only: bool = False,
+        budget_s: float | None = None,
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> SessionResult:
+        self.budgets.append(budget_s)
+        out = SessionResult()
+        pipeline = "ingest" if ingest_only else "wordcount"
+        for i, rate in enumerate(rates):
+            if budget_s is not None and (i + 1) * self.cost_s > budget_s:
+                out.cut_rates = list(rates[i:])
+                break
+            self.clock[0] += self.cost_s
+            ok = rate <= self.ceiling
+            reason = "" if ok else "above the ceiling"
+            out.steps.append(
+                StepResult("x", pipeline, rate, step_s, 1, 1, sustained=ok, reason=reason)
+            )
+            if not ok:
+                break
+        return out
+
+
+def test_sessions_share_the_budget_and_pass_on_what_they_leave(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("bench.harness.time.monotonic", lambda: clock[0])
+    weak = FakeSystem(10, clock, cost_s=10.0)
+    strong = FakeSystem(1_000, clock, cost_s=10.0)
+    result = run_ladder(
+        {"weak": weak, "strong": strong},
+        [10, 20, 1_000],
+        10.0,
+        pipelines=("wordcount", "ingest"),
+        ingest_systems=["strong"],
+        budget_s=300.0,
+    )
+    # Three sessions (no ingest for "weak"): each may use what is left / sessions left, so
+    # the 80 s the weak system leaves go to the sessions after it.
+    assert weak.budgets == [100.0]  # 300 / 3; it stops after 2 steps, at t = 20
+    assert strong.budgets == [140.0, 250.0]  # (300 - 20) / 2; 3 steps; then (300 - 50) / 1
+    assert [(s.pipeline, s.offered_rate, s.sustained) for s in result.steps] == [
+        ("wordcount", 10, True), ("wordcount", 20, False),
+        ("wordcount", 10, True), ("wordcount", 20, True), ("wordcount", 1_000, True),
+        ("ingest", 10, True), ("ingest", 20, True), ("ingest", 1_000, True),
+    ]  # fmt: skip
+    assert result.skipped == []
+
+
+def test_a_session_that_cannot_afford_a_step_is_skipped_and_listed(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("bench.harness.time.monotonic", lambda: clock[0])
+    system = FakeSystem(1_000, clock, cost_s=10.0)
+    result = run_ladder({"a": system}, [10, 20], 10.0, budget_s=SESSION_OVERHEAD_S)
+    assert system.budgets == []
+    assert result.skipped == [("a", "wordcount", 10), ("a", "wordcount", 20)]
+    assert headlines(result) == []
