@@ -50,6 +50,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
 from bench import backpressure, latency_bench, store_bench, tracker_bench, wal_bench
 from bench.harness import (
@@ -199,7 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-interval", type=float, default=1.0)
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument(
+        "--from-raw",
+        metavar="JSON",
+        help="run nothing: rewrite the throughput section from a run's raw file in bench/out "
+        "(after editing bench/notes/throughput.md)",
+    )
     args = p.parse_args(argv)
+    if args.from_raw:
+        return rewrite_from_raw(Path(args.from_raw), args.output)
 
     sections = [x for x in args.sections.split(",") if x]
     if not set(sections) <= set(SECTIONS):
@@ -270,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = out_dir / f"throughput-{when:%Y%m%dT%H%M%SZ}.json"
     steps = [s.to_dict() for s in result.steps]
     report = {"command": command, "machine": asdict(machine), "steps": steps}
+    report |= {"when": when.isoformat(), "rates": rates, "elapsed_s": result.elapsed_s}
     raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
     if not args.no_write:
         section = render_throughput_section(
@@ -281,6 +291,32 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_benchmarks_md(args.output, {"throughput": section})
         print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")
+    return 0
+
+
+def rewrite_from_raw(raw: Path, output: str) -> int:
+    """Rewrite the throughput section of ``output`` from the raw file of an earlier run."""
+    data = json.loads(raw.read_text())
+    missing = [k for k in ("when", "rates", "elapsed_s", "machine", "steps") if k not in data]
+    if missing:
+        print(f"{raw} lacks {missing}: it was written before --from-raw existed", file=sys.stderr)
+        return 2
+    machine = data["machine"]
+    result = LadderResult(
+        rates=data["rates"],
+        steps=[StepResult(**s) for s in data["steps"]],
+        skipped=[tuple(x) for x in data["skipped"]],
+        elapsed_s=data["elapsed_s"],
+    )
+    section = render_throughput_section(
+        result,
+        machine=Machine(**{**machine, "load_average": tuple(machine["load_average"])}),
+        command=data["command"],
+        when=dt.datetime.fromisoformat(data["when"]),
+        notes=throughput_notes(result.steps),
+    )
+    write_benchmarks_md(output, {"throughput": section})
+    print(f"wrote section 'throughput' of {output} from {raw}")
     return 0
 
 

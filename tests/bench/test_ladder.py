@@ -164,3 +164,36 @@ def test_a_session_that_cannot_afford_a_step_is_skipped_and_listed(monkeypatch):
     assert system.budgets == []
     assert result.skipped == [("a", "wordcount", 10), ("a", "wordcount", 20)]
     assert headlines(result) == []
+
+
+def test_the_section_can_be_rewritten_from_a_raw_run(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    from bench.harness import Machine
+    from bench.run import rewrite_from_raw
+
+    machine = Machine(2, "cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
+    steps = [StepResult("dstream", "wordcount", 10_000, 15.0, 150_000, 150_000, sustained=True)]
+    raw = tmp_path / "throughput.json"
+    raw.write_text(
+        json.dumps(
+            {
+                "command": "python -m bench.run",
+                "machine": asdict(machine),
+                "steps": [s.to_dict() for s in steps],
+                "skipped": [["dstream", "wordcount", 25_000]],
+                "when": "2026-11-23T12:00:00+00:00",
+                "rates": [10_000, 25_000],
+                "elapsed_s": 90.0,
+            }
+        )
+    )
+    out = tmp_path / "BENCHMARKS.md"
+    assert rewrite_from_raw(raw, str(out)) == 0
+    text = out.read_text()
+    assert "Run 2026-11-23 12:00 UTC in 1.5 min" in text
+    assert "| dstream | wordcount | ≥ 10,000 |" in text
+    assert "dstream/wordcount@25,000" in text
+    raw.write_text(json.dumps({"steps": []}))
+    assert rewrite_from_raw(raw, str(out)) == 2
