@@ -6,9 +6,7 @@ import enum
 import logging
 import os
 import re
-import signal
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,11 +15,11 @@ from spark_receivers.driver import tracker_commands
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.job_generator import JobGenerator, OutputOperation
 from spark_receivers.driver.listener import (
-    BatchInfo,
     BlockLostInfo,
     ListenerBus,
     StreamingListener,
 )
+from spark_receivers.driver.progress import ProgressRecorder
 from spark_receivers.driver.rate_controller import RateController
 from spark_receivers.driver.rate_estimator import create_rate_estimator
 from spark_receivers.driver.received_block_tracker import (
@@ -29,6 +27,8 @@ from spark_receivers.driver.received_block_tracker import (
     create_driver_wal,
 )
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
+from spark_receivers.driver.scheduling_policy import ReceiverState
+from spark_receivers.driver.shutdown_hook import SigtermHook
 from spark_receivers.errors import CheckpointError, ConfigError, SparkReceiversError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
@@ -119,17 +119,19 @@ class StreamingContext:
         self._terminated = threading.Event()
         self._error: BaseException | None = None
         self._secret = conf.get("spark.authenticate.secret") or new_secret()
-        self._progress: deque[dict[str, Any]] = deque(maxlen=100)
         self._empty: dict[int, DataFrame] = {}
         self.receiver_tracker: ReceiverTracker | None = None
         self.block_tracker: ReceivedBlockTracker | None = None
         self.job_generator: JobGenerator | None = None
         self._recovery: Checkpoint | None = None
         self._checkpoints: CheckpointStore | None = None
-        self._previous_sigterm: Any = None
+        self._sigterm = SigtermHook(
+            lambda: self.stop(graceful=True), lambda: self._state is ContextState.STOPPED
+        )
         self.rate_controllers: dict[int, RateController] = {}
         """Per stream id, with ``backpressure_enabled``: its latest rate and history."""
-        self._bus.add(_ProgressListener(self))
+        self._progress = ProgressRecorder(self.batch_interval_ms, self._receiver_states)
+        self._bus.add(self._progress)
 
     def _use_checkpoint_dir(self, checkpoint_dir: str | None) -> None:
         if checkpoint_dir and self.config.checkpoint_dir != checkpoint_dir:
@@ -327,7 +329,7 @@ class StreamingContext:
                 self.job_generator.start()
             self._state = ContextState.ACTIVE
             if self.config.stop_gracefully_on_shutdown:
-                self._install_sigterm_handler()
+                self._sigterm.install()
             threading.Thread(
                 target=self._warm_up_block_reader, name="block-reader-warm-up", daemon=True
             ).start()
@@ -365,7 +367,7 @@ class StreamingContext:
             self._bus.stop()
             for controller in self.rate_controllers.values():
                 controller.stop()
-        self._restore_sigterm_handler()
+        self._sigterm.restore()
         self._terminated.set()
         if stop_spark:
             self.spark.stop()
@@ -451,39 +453,6 @@ class StreamingContext:
                 config=self.config.as_dict(),
             )
         )
-
-    # --- shutdown hook ----------------------------------------------------------------
-
-    def _install_sigterm_handler(self) -> None:
-        """On SIGTERM stop gracefully; once stopped, SIGTERM does what it did before."""
-        if threading.current_thread() is not threading.main_thread():
-            log.warning("stop_gracefully_on_shutdown needs start() on the main thread; ignored")
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_sigterm(signum: int, frame: Any) -> None:
-            if self._state is ContextState.STOPPED:
-                # Stopped already: behave as without us (signal.signal only works on
-                # the main thread, which is where handlers run, so restore here).
-                signal.signal(signal.SIGTERM, previous)
-                if callable(previous):
-                    previous(signum, frame)
-                elif previous == signal.SIG_DFL:
-                    os.kill(os.getpid(), signal.SIGTERM)
-                return
-            log.warning("SIGTERM: stopping the streaming context gracefully")
-            # Never block inside a signal handler: stop on a thread of its own.
-            threading.Thread(
-                target=self.stop, kwargs={"graceful": True}, name="streaming-shutdown"
-            ).start()
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-        self._previous_sigterm = previous
-
-    def _restore_sigterm_handler(self) -> None:
-        previous, self._previous_sigterm = self._previous_sigterm, None
-        if previous is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
 
     def _clean_receivers(self, batch_time_ms: int) -> None:
         """Tell receivers to delete WAL segments no batch can need any more.
@@ -588,40 +557,16 @@ class StreamingContext:
     @property
     def last_progress(self) -> dict[str, Any] | None:
         """Progress of the last completed batch, as a plain dict."""
-        return self._progress[-1] if self._progress else None
+        return self._progress.last
 
     @property
     def recent_progress(self) -> list[dict[str, Any]]:
         """Progress of the recent completed batches (up to 100), oldest first."""
-        return list(self._progress)
+        return self._progress.recent
 
-    def _record_progress(self, info: BatchInfo) -> None:
-        interval_s = self.batch_interval_ms / 1000.0
-        processing_s = (info.processing_delay_ms or 0) / 1000.0
-        receivers = {}
-        if self.receiver_tracker is not None:
-            for sid, state in self.receiver_tracker.receiver_states().items():
-                receivers[str(sid)] = state.name
-        self._progress.append(
-            {
-                "batch_time_ms": info.batch_time_ms,
-                "num_input_rows": info.num_records,
-                "input_rows_per_stream": {
-                    str(k): v for k, v in info.num_records_per_stream.items()
-                },
-                "input_rows_per_second": info.num_records / interval_s,
-                "processed_rows_per_second": (info.num_records / processing_s)
-                if processing_s
-                else 0.0,
-                "durations_ms": {
-                    "scheduling_delay": info.scheduling_delay_ms,
-                    "processing": info.processing_delay_ms,
-                    "total_delay": info.total_delay_ms,
-                },
-                "failed": any(o.failure_reason for o in info.output_operations.values()),
-                "receivers": receivers,
-            }
-        )
+    def _receiver_states(self) -> dict[int, ReceiverState]:
+        tracker = self.receiver_tracker
+        return {} if tracker is None else tracker.receiver_states()
 
     # --- checks -----------------------------------------------------------------
 
@@ -653,11 +598,3 @@ def _bind(fn: BatchFunction, stream: DataFrameStream, batch_time_ms: int) -> Cal
         fn(df, batch_time_ms)
 
     return run
-
-
-class _ProgressListener(StreamingListener):
-    def __init__(self, ctx: StreamingContext) -> None:
-        self._ctx = ctx
-
-    def on_batch_completed(self, info: BatchInfo) -> None:
-        self._ctx._record_progress(info)
