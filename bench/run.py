@@ -48,7 +48,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -133,8 +133,13 @@ def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> l
     return [*argv, "--no-write"] if no_write else argv
 
 
-def throughput_notes(steps: list[StepResult]) -> str:
-    """NOTES plus what this run found out about itself: WAL in effect, machine load."""
+def throughput_notes(
+    steps: list[StepResult], end_load: Sequence[float] | None = None
+) -> str:
+    """NOTES plus what this run found out about itself: WAL in effect, machine load.
+
+    ``end_load``: the load averages when the run ended (left out when unknown).
+    """
     parts = [NOTES]
     wal = wal_status(steps)
     if wal:
@@ -143,10 +148,13 @@ def throughput_notes(steps: list[StepResult]) -> str:
     if loads:
         parts.append(
             f"The machine is shared: the 1-minute load average around the steps ranged "
-            f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores (column `load 1m`; "
-            "at the end of the run it was "
-            + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-            + "). Compare systems within one rate, which ran back to back."
+            f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores (column `load 1m`"
+            + (
+                "; at the end of the run it was " + ", ".join(f"{x:.2f}" for x in end_load)
+                if end_load
+                else ""
+            )
+            + ")."
         )
     analysis = REPO_ROOT / "bench" / "notes" / "throughput.md"  # hand-written, kept across runs
     if analysis.exists():
@@ -281,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = out_dir / f"throughput-{when:%Y%m%dT%H%M%SZ}.json"
     steps = [s.to_dict() for s in result.steps]
     report = {"command": command, "machine": asdict(machine), "steps": steps}
+    end_load = os.getloadavg()
     report |= {"when": when.isoformat(), "rates": rates, "elapsed_s": result.elapsed_s}
+    report |= {"end_load": end_load}
     raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
     if not args.no_write:
         section = render_throughput_section(
@@ -289,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             machine=machine,
             command=command,
             when=when,
-            notes=throughput_notes(result.steps),
+            notes=throughput_notes(result.steps, end_load),
         )
         write_benchmarks_md(args.output, {"throughput": section})
         print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")
@@ -315,7 +325,7 @@ def rewrite_from_raw(raw: Path, output: str) -> int:
         machine=Machine(**{**machine, "load_average": tuple(machine["load_average"])}),
         command=data["command"],
         when=dt.datetime.fromisoformat(data["when"]),
-        notes=throughput_notes(result.steps),
+        notes=throughput_notes(result.steps, data.get("end_load")),
     )
     write_benchmarks_md(output, {"throughput": section})
     print(f"wrote section 'throughput' of {output} from {raw}")

@@ -153,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--master", default="local[4]")
     p.add_argument(
-        "--wal", choices=("off", "on", "both"), default="off", help="receiver WAL (both: off, on)"
+        "--wal",
+        choices=("off", "on", "both", "abba"),
+        default="off",
+        help="receiver WAL (both: off, on; abba: off, on, on, off, so that a drift of the "
+        "machine's speed during the runs hits both modes alike)",
     )
     p.add_argument(
         "--warmup-seconds",
@@ -177,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        wal_modes = {"off": [False], "on": [True], "both": [False, True]}[args.wal]
+        wal_modes = {
+            "off": [False],
+            "on": [True],
+            "both": [False, True],
+            "abba": [False, True, True, False],
+        }[args.wal]
         forms = [f for f in args.forms.split(",") if f]
         if args.warmup_seconds > 0 and forms:
             run_form(spark, forms[0], args.warmup_seconds, False)
