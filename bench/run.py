@@ -94,7 +94,7 @@ FULL_STEP_S = 15.0
 FULL_BUDGET_S = 15 * 60.0
 QUICK_RATES = [10_000, 50_000]
 QUICK_STEP_S = 10.0
-QUICK_BUDGET_S = 5 * 60.0
+QUICK_BUDGET_S = 6 * 60.0  # 6 sessions of 2 steps: each needs SESSION_OVERHEAD_S + a step
 INGEST_SYSTEMS = ("dstream", "spark_receivers")
 """By default the line count runs for these: PySpark's JVM receiver path against ours."""
 
@@ -114,7 +114,8 @@ after it ends (while the next one runs), from the batches completed by then; a s
 stops after its first unsustained step. Structured Streaming
 has no scheduling queue: its delay is how far past its trigger time a batch started because
 the previous batch overran (what Spark logs as "Current batch is falling behind").
-Latency: batch completion minus the send time of the newest line in that batch.
+Latency: per line, batch completion minus the line's send time (100 evenly spaced lines
+of every batch in the steady-state window).
 Sessions run one after the other, so a change in the machine's background load hits them
 unequally: read each step with its `load 1m` column."""
 
@@ -314,9 +315,10 @@ def rewrite_from_raw(raw: Path, output: str) -> int:
         print(f"{raw} lacks {missing}: it was written before --from-raw existed", file=sys.stderr)
         return 2
     machine = data["machine"]
+    known = StepResult.__dataclass_fields__  # raw files of older runs may hold other fields
     result = LadderResult(
         rates=data["rates"],
-        steps=[StepResult(**s) for s in data["steps"]],
+        steps=[StepResult(**{k: v for k, v in s.items() if k in known}) for s in data["steps"]],
         skipped=[tuple(x) for x in data["skipped"]],
         elapsed_s=data["elapsed_s"],
     )
