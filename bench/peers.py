@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from bench.child import (
@@ -35,7 +35,7 @@ from bench.child import (
     spark_conf,
     warmup_lines,
 )
-from bench.harness import SessionResult, StepResult
+from bench.harness import Runner
 from bench.step import run_child_session
 
 __all__ = ["run_dstream", "run_structured_socket"]
@@ -44,38 +44,12 @@ __all__ = ["run_dstream", "run_structured_socket"]
 # -- parent side ------------------------------------------------------------------------------
 
 
-def run_dstream(
-    rates: Sequence[int],
-    step_s: float,
-    batch_interval_s: float = 1.0,
-    master: str = "local[4]",
-    *,
-    ingest_only: bool = False,
-    budget_s: float | None = None,
-    on_step: Callable[[StepResult], None] | None = None,
-) -> SessionResult:
-    """The DStream ``socketTextStream`` word count (or line count) over ``rates``."""
-    return run_child_session(
-        "dstream", "bench.peers", rates, step_s, batch_interval_s, master,
-        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
-    )  # fmt: skip
+run_dstream: Runner = partial(run_child_session, "dstream", "bench.peers")
+"""The DStream ``socketTextStream`` word count (or line count), one session over the rates."""
 
 
-def run_structured_socket(
-    rates: Sequence[int],
-    step_s: float,
-    batch_interval_s: float = 1.0,
-    master: str = "local[4]",
-    *,
-    ingest_only: bool = False,
-    budget_s: float | None = None,
-    on_step: Callable[[StepResult], None] | None = None,
-) -> SessionResult:
-    """The Structured Streaming ``socket`` source word count (or line count) over ``rates``."""
-    return run_child_session(
-        "structured_socket", "bench.peers", rates, step_s, batch_interval_s, master,
-        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
-    )  # fmt: skip
+run_structured_socket: Runner = partial(run_child_session, "structured_socket", "bench.peers")
+"""The Structured Streaming ``socket`` source word count (or line count), one session."""
 
 
 # -- child side: DStream ----------------------------------------------------------------------

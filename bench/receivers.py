@@ -28,7 +28,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from bench.child import (
@@ -41,7 +42,7 @@ from bench.child import (
     spark_conf,
     warmup_lines,
 )
-from bench.harness import SessionResult, StepResult
+from bench.harness import Runner, StepResult
 from bench.step import run_child_session
 
 __all__ = ["WAL_SYSTEMS", "run_spark_receivers", "run_spark_receivers_wal", "wal_status"]
@@ -59,38 +60,14 @@ WAL_SYSTEMS = ("spark_receivers_wal",)
 # -- parent side ------------------------------------------------------------------------------
 
 
-def run_spark_receivers(
-    rates: Sequence[int],
-    step_s: float,
-    batch_interval_s: float = 1.0,
-    master: str = "local[4]",
-    *,
-    ingest_only: bool = False,
-    budget_s: float | None = None,
-    on_step: Callable[[StepResult], None] | None = None,
-) -> SessionResult:
-    """spark-receivers word count (or line count), receiver WAL off, over ``rates``."""
-    return run_child_session(
-        "spark_receivers", "bench.receivers", rates, step_s, batch_interval_s, master,
-        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
-    )  # fmt: skip
+run_spark_receivers: Runner = partial(run_child_session, "spark_receivers", "bench.receivers")
+"""spark-receivers word count (or line count), receiver WAL off, one session."""
 
 
-def run_spark_receivers_wal(
-    rates: Sequence[int],
-    step_s: float,
-    batch_interval_s: float = 1.0,
-    master: str = "local[4]",
-    *,
-    ingest_only: bool = False,
-    budget_s: float | None = None,
-    on_step: Callable[[StepResult], None] | None = None,
-) -> SessionResult:
-    """spark-receivers word count (or line count), receiver + driver WAL, over ``rates``."""
-    return run_child_session(
-        "spark_receivers_wal", "bench.receivers", rates, step_s, batch_interval_s, master,
-        ingest_only=ingest_only, budget_s=budget_s, on_step=on_step,
-    )  # fmt: skip
+run_spark_receivers_wal: Runner = partial(
+    run_child_session, "spark_receivers_wal", "bench.receivers"
+)
+"""spark-receivers word count (or line count), receiver + driver WAL on, one session."""
 
 
 def wal_status(steps: Sequence[StepResult]) -> str:

@@ -35,8 +35,8 @@ word count (``ingest_only``: a line count) over the rates, and judge each step w
 write a child pipeline ``pipeline(args: ChildArgs, recorder: BatchRecorder) -> stop`` (see
 ``bench/child.py`` and ``bench/peers.py``) that reports every batch's timings, scheduling
 delay and line count to the recorder, serve it with ``child_main({"name": pipeline})`` under
-``if __name__ == "__main__"`` in its module, and make the runner call
-:func:`bench.step.run_child_session` with the same arguments.
+``if __name__ == "__main__"`` in its module, and make the runner
+``partial(run_child_session, "name", "module")`` (see :func:`bench.step.run_child_session`).
 """
 
 from __future__ import annotations

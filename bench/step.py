@@ -1,12 +1,8 @@
 """The parent half of a benchmark session: load generator here, Spark in a fresh subprocess.
 
-:func:`run_child_session` is what every system's runner calls::
+:func:`run_child_session` is every system's runner, bound to the system's child::
 
-    def run_dstream(rates, step_s, batch_interval_s=1.0, master="local[4]", *,
-                    ingest_only=False, budget_s=None, on_step=None):
-        return run_child_session("dstream", "bench.peers", rates, step_s, batch_interval_s,
-                                 master, ingest_only=ingest_only, budget_s=budget_s,
-                                 on_step=on_step)
+    run_dstream: Runner = partial(run_child_session, "dstream", "bench.peers")
 
 The child is ``python -m <child_module> <system> --port P --seconds S ... --json``; see
 ``bench/child.py`` for its side of the protocol. A session is one child, one JVM: the load
