@@ -29,6 +29,16 @@ def read_all(port: int) -> list[bytes]:
         return list(f)
 
 
+def read_window(server: LineServer) -> list[bytes]:
+    """Read every line ``server`` sends in its window, on another thread, until it finishes."""
+    result: list[list[bytes]] = []
+    reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
+    reader.start()
+    assert server.wait_finished(WAIT_S)
+    reader.join(WAIT_S)
+    return result[0]
+
+
 def check_stream(lines: list[bytes], lines_sent: int) -> None:
     assert len(lines) == lines_sent
     assert all(len(line) == LINE_BYTES and line.endswith(b"\n") for line in lines)
@@ -50,15 +60,11 @@ def test_pool_lines_are_fixed_size_words_from_the_vocabulary():
 
 def test_paced_rate_sends_exact_counts_in_order():
     with LineServer(rate=10_000, seconds=1.0) as server:
-        result: list[list[bytes]] = []
-        reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
-        reader.start()
-        assert server.wait_finished(WAIT_S)
-        reader.join(WAIT_S)
+        lines = read_window(server)
     info = server.info()
     assert info.error is None and info.connections == 1 and not info.torn_line
     assert 5_000 <= info.lines_sent <= 15_000
-    check_stream(result[0], info.lines_sent)
+    check_stream(lines, info.lines_sent)
     # Every sent line has a send time, non-decreasing in the sequence number.
     times = [server.send_time_of(s) for s in range(0, info.lines_sent, 97)]
     assert times == sorted(times)
@@ -70,14 +76,10 @@ def test_paced_rate_sends_exact_counts_in_order():
 
 def test_flat_out_crosses_blocks_and_counts_exactly():
     with LineServer(rate=None, seconds=0.3) as server:
-        result: list[list[bytes]] = []
-        reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
-        reader.start()
-        assert server.wait_finished(WAIT_S)
-        reader.join(WAIT_S)
+        lines = read_window(server)
     info = server.info()
     assert info.lines_sent > 2 * BLOCK_LINES
-    check_stream(result[0], info.lines_sent)
+    check_stream(lines, info.lines_sent)
 
 
 def test_slow_reader_pushes_back_and_counts_only_whole_lines():
@@ -131,14 +133,10 @@ def test_invalid_config_names_the_key(kwargs):
 def test_stepped_rates_split_the_stream_by_step():
     steps = [(2_000, 0.5), (20_000, 0.5)]
     with LineServer.stepped(steps) as server:
-        result: list[list[bytes]] = []
-        reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
-        reader.start()
-        assert server.wait_finished(WAIT_S)
-        reader.join(WAIT_S)
+        lines = read_window(server)
     info = server.info()
     assert info.error is None and info.seconds == 1.0
-    check_stream(result[0], info.lines_sent)
+    check_stream(lines, info.lines_sent)
     assert info.started_at_s is not None
     assert server.step_window(0) == (0.0, 0.5) and server.step_window(1) == (0.5, 1.0)
     boundary = server.lines_sent_by(info.started_at_s + 0.5)
