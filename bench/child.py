@@ -135,8 +135,9 @@ class BatchRecorder:
 
     ``update`` may be called from any thread (Spark's listener thread, the foreachRDD /
     foreachBatch callback thread) and never blocks beyond a short lock. ``on_update`` is
-    called under that lock with a copy of the entry after every update that leaves it
-    holding every field of ``LIVE_FIELDS``; it must be quick (the child prints a line).
+    called under that lock with a copy of the entry after every update that changes it and
+    leaves it holding every field of ``LIVE_FIELDS``; it must be quick (the child prints a
+    line).
     """
 
     LIVE_FIELDS = ("batch_time_s", "completed_s", "lines", "processing_ms", "scheduling_delay_ms")
@@ -150,10 +151,17 @@ class BatchRecorder:
     def update(self, batch_id: int, **fields: Any) -> None:
         with self._cond:
             entry = self._batches.setdefault(batch_id, {"batch_id": batch_id})
+            changed = any(k not in entry or entry[k] != v for k, v in fields.items())
             if "lines" in fields:
                 self._lines += fields["lines"] - entry.get("lines", 0)
             entry.update(fields)
-            if self._on_update is not None and all(k in entry for k in self.LIVE_FIELDS):
+            # Pipelines may repeat an update (Structured's progress is polled in full):
+            # only a change is reported again.
+            if (
+                changed
+                and self._on_update is not None
+                and all(k in entry for k in self.LIVE_FIELDS)
+            ):
                 self._on_update(dict(entry))
             self._cond.notify_all()
 

@@ -210,6 +210,11 @@ class StepResult:
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> StepResult:
+        """The inverse of :meth:`to_dict`; fields older raw files held are ignored."""
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})  # type: ignore[arg-type]
+
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile; None for no values."""

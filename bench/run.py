@@ -1,7 +1,7 @@
 """Throughput rate ladder: every system, same machine, same run, same load (issue 11).
 
     python -m bench.run --quick                       # smoke: every section
-    python -m bench.run                               # every section
+    python -m bench.run                               # every section, ~30 min
     python -m bench.run --sections throughput         # the ladder alone, <= 15 min
     python -m bench.run --sections throughput --systems dstream --pipelines wordcount,ingest
 
@@ -315,10 +315,9 @@ def rewrite_from_raw(raw: Path, output: str) -> int:
         print(f"{raw} lacks {missing}: it was written before --from-raw existed", file=sys.stderr)
         return 2
     machine = data["machine"]
-    known = StepResult.__dataclass_fields__  # raw files of older runs may hold other fields
     result = LadderResult(
         rates=data["rates"],
-        steps=[StepResult(**{k: v for k, v in s.items() if k in known}) for s in data["steps"]],
+        steps=[StepResult.from_dict(s) for s in data["steps"]],
         skipped=[tuple(x) for x in data["skipped"]],
         elapsed_s=data["elapsed_s"],
     )

@@ -145,16 +145,20 @@ def run_child_session(
             )
             output = _ChildOutput(proc)
             exited = threading.Event()
+            either = threading.Event()  # the receiver connected (or gave up), or the child died
 
             def watch_child() -> None:
                 proc.wait()
                 exited.set()
+                either.set()
+
+            def watch_connection() -> None:
+                server.wait_connected()  # bounded by the server's accept timeout
+                either.set()
 
             threading.Thread(target=watch_child, daemon=True).start()
-            connected = threading.Thread(target=server.wait_connected, daemon=True)
-            connected.start()
-            while connected.is_alive() and not exited.wait(0.2):
-                pass  # whichever first: the receiver connects, the child dies, or the timeout
+            threading.Thread(target=watch_connection, daemon=True).start()
+            either.wait(startup_timeout_s + 30)
             t0 = server.info().started_at_s
             if t0 is None:
                 error = server.info().error or f"child exited with {proc.returncode}"

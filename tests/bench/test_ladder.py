@@ -93,6 +93,7 @@ def test_the_recorder_reports_a_batch_once_it_has_every_live_field():
     assert seen == []  # the scheduling delay comes from the listener, later
     recorder.update(7, scheduling_delay_ms=3.0)
     recorder.update(7, processing_ms=950.0)  # the listener's figure replaces the callback's
+    recorder.update(7, processing_ms=950.0, scheduling_delay_ms=3.0)  # a repeat: no change
     assert [e["processing_ms"] for e in seen] == [900.0, 950.0]
     assert recorder.lines == 10
 
