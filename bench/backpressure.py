@@ -83,9 +83,8 @@ def run_once(spark: Any, backpressure: bool, offered: int, capacity: int, second
     def sample() -> None:
         t0 = time.time()
         while not stop_sampling.wait(1.0):
-            tracker = ssc.receiver_tracker
-            controller = ssc.rate_controllers.get(0)
-            received = tracker.records_received() if tracker else 0
+            status = ssc.status()
+            received = status.records_received
             processed = sum(b["records"] for b in batches)
             samples.append(
                 {
@@ -93,7 +92,7 @@ def run_once(spark: Any, backpressure: bool, offered: int, capacity: int, second
                     "sent": server.info().lines_sent,
                     "received": received,
                     "held": received - processed,
-                    "rate_limit": controller.latest_rate if controller else None,
+                    "rate_limit": status.rate_limits.get(0),
                 }
             )
 
@@ -104,7 +103,7 @@ def run_once(spark: Any, backpressure: bool, offered: int, capacity: int, second
     sent = server.info().lines_sent
     if backpressure:
         deadline = time.time() + 120
-        while ssc.receiver_tracker.records_received() < sent and time.time() < deadline:
+        while ssc.status().records_received < sent and time.time() < deadline:
             time.sleep(0.2)
         ssc.stop(graceful=True)
     else:

@@ -196,8 +196,10 @@ def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> 
             completed_s=now,
             fb_processing_ms=(now - started) * 1000,
         )
-        if wal and ssc.block_tracker is not None:
-            blocks = [b for bs in ssc.block_tracker.get_blocks_of_batch(batch_time_ms).values()
+        if wal:
+            # The blocks themselves are not public: read them off the scheduler (bench only).
+            block_tracker = ssc._scheduler.block_tracker  # type: ignore[union-attr]
+            blocks = [b for bs in block_tracker.get_blocks_of_batch(batch_time_ms).values()
                       for b in bs]  # fmt: skip
             with wal_lock:
                 wal_blocks["blocks"] += len(blocks)
@@ -215,13 +217,10 @@ def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> 
         # Listener events trail the output callback; give the last ones a moment.
         recorder.wait_for(lambda: _all_have(recorder, "records"), 3 * args.batch_interval_s)
         extra: dict[str, Any] = {"spark_version": spark.version, "startup": startup}
-        tracker = ssc.receiver_tracker
-        if tracker is not None:
-            extra["records_received"] = tracker.records_received()
+        extra["records_received"] = ssc.status().records_received
         if wal:
-            block_tracker = ssc.block_tracker
             extra["wal"] = {
-                "driver_wal": getattr(block_tracker, "_wal", None) is not None,
+                "driver_wal": bool(ssc.checkpoint_dir),
                 **wal_blocks,
                 "checkpoint_bytes": _dir_bytes(checkpoint),
             }
@@ -274,8 +273,7 @@ def _open_gate_when_idle(
     from spark_receivers.driver.scheduling_policy import ReceiverState
 
     def registered() -> bool:
-        tracker = ssc.receiver_tracker
-        return tracker is not None and ReceiverState.ACTIVE in tracker.receiver_states().values()
+        return any(r.state == ReceiverState.ACTIVE.name for r in ssc.status().receivers)
 
     def idle() -> bool:
         done = [e for e in recorder.entries() if "scheduling_delay_ms" in e]

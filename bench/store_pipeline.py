@@ -121,7 +121,8 @@ def run_form(spark: Any, form: str, seconds: float, wal: bool = False) -> dict[s
     half = started + seconds * 500
     rates = [
         r
-        for controller in ssc.rate_controllers.values()
+        # The rate history is not public: read it off the scheduler (bench only).
+        for controller in ssc._scheduler.rate_controllers.values()  # type: ignore[union-attr]
         for t, r in controller.history
         if t >= half
     ]
@@ -190,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         forms = [f for f in args.forms.split(",") if f]
         if args.warmup_seconds > 0 and forms:
             run_form(spark, forms[0], args.warmup_seconds, False)
-        results = [
-            run_form(spark, f, args.seconds, wal)
-            for f in forms
-            for wal in wal_modes
-        ]
+        results = [run_form(spark, f, args.seconds, wal) for f in forms for wal in wal_modes]
     finally:
         spark.stop()
     print(RESULT + json.dumps(results), flush=True)

@@ -81,12 +81,10 @@ def demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     ssc.await_termination(timeout_s=args.seconds)
     sent = source.finish()
-    tracker = ssc.receiver_tracker
-    assert tracker is not None
     deadline = time.monotonic() + 30
-    while tracker.records_received() < sent and time.monotonic() < deadline:
+    while ssc.status().records_received < sent and time.monotonic() < deadline:
         time.sleep(0.05)
-    received = tracker.records_received()
+    received = ssc.status().records_received
     ssc.stop(graceful=True)
     elapsed = time.monotonic() - started
     source.stop()
@@ -174,7 +172,7 @@ def ingest(args: argparse.Namespace) -> int:
         ssc.await_termination(0)
     except Exception as e:  # noqa: BLE001 - reported below, exit code 1
         failure = e
-    received = ssc.receiver_tracker.records_received() if ssc.receiver_tracker else 0
+    received = ssc.status().records_received
     print(
         f"done: {progress.batches} batches, {progress.records:,} records processed, "
         f"{received:,} received",

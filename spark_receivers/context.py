@@ -1,55 +1,40 @@
-"""``StreamingContext``: the public entry point on the driver."""
+"""``StreamingContext``: the public entry point on the driver.
+
+A thin facade: streams and their output operations live in a
+:class:`~spark_receivers.driver.stream_graph.StreamGraph`, and everything that
+runs (trackers, job generator, checkpoints, receivers' jobs) is owned by a
+:class:`~spark_receivers.driver.job_scheduler.JobScheduler` made at ``start()``.
+docs/architecture.md shows the rooms and the order they start and stop in.
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver import tracker_commands
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
-from spark_receivers.driver.job_generator import JobGenerator, OutputOperation
-from spark_receivers.driver.listener import (
-    BlockLostInfo,
-    ListenerBus,
-    StreamingListener,
-)
+from spark_receivers.driver.job_scheduler import JobScheduler
+from spark_receivers.driver.listener import ListenerBus, StreamingListener
 from spark_receivers.driver.progress import ProgressRecorder
-from spark_receivers.driver.rate_controller import RateController
-from spark_receivers.driver.rate_estimator import create_rate_estimator
-from spark_receivers.driver.received_block_tracker import (
-    ReceivedBlockTracker,
-    create_driver_wal,
-)
-from spark_receivers.driver.receiver_tracker import ReceiverTracker
-from spark_receivers.driver.scheduling_policy import ReceiverState
 from spark_receivers.driver.shutdown_hook import SigtermHook
+from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.errors import CheckpointError, ConfigError, SparkReceiversError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
-from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.transport import local_bind_host
-from spark_receivers.spark import block_source, stream_source
-from spark_receivers.spark.block_fetch import LOST_BLOCK_RE
-from spark_receivers.stream import (
-    BatchFunction,
-    DataFrameStream,
-    ReceiverInputStream,
-    StructuredReceiverStream,
-)
+from spark_receivers.stream import ReceiverInputStream, StructuredReceiverStream
 from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 
 
 class ContextState(enum.Enum):
@@ -61,7 +46,7 @@ class ContextState(enum.Enum):
 
 
 class StreamingError(SparkReceiversError):
-    """A batch failed; raised by :meth:`StreamingContext.await_termination`."""
+    """The streaming context failed; raised by :meth:`StreamingContext.await_termination`."""
 
 
 class StreamingContext:
@@ -105,32 +90,23 @@ class StreamingContext:
             raise ConfigError(msg)
         self.spark = spark
         self.batch_interval_ms = batch_interval_ms
-        conf = dict(spark.sparkContext.getConf().getAll())
-        self.config = config or StreamingConfig.from_spark_conf(conf)
+        self._spark_conf = dict(spark.sparkContext.getConf().getAll())
+        self.config = config or StreamingConfig.from_spark_conf(self._spark_conf)
         self.checkpoint_dir: str | None = None
         self._use_checkpoint_dir(checkpoint_dir or self.config.checkpoint_dir or None)
-        self._spark_conf = conf
         self._clock = clock or SystemClock()
-        self._streams: list[ReceiverInputStream | StructuredReceiverStream] = []
-        self._outputs: list[tuple[DataFrameStream, BatchFunction, str]] = []
+        self._graph = StreamGraph(spark)
         self._bus = ListenerBus()
         self._state = ContextState.INITIALIZED
         self._lock = threading.RLock()
         self._terminated = threading.Event()
-        self._error: BaseException | None = None
-        self._secret = conf.get("spark.authenticate.secret") or new_secret()
-        self._empty: dict[int, DataFrame] = {}
-        self.receiver_tracker: ReceiverTracker | None = None
-        self.block_tracker: ReceivedBlockTracker | None = None
-        self.job_generator: JobGenerator | None = None
+        self._secret = self._spark_conf.get("spark.authenticate.secret") or new_secret()
+        self._scheduler: JobScheduler | None = None
         self._recovery: Checkpoint | None = None
-        self._checkpoints: CheckpointStore | None = None
         self._sigterm = SigtermHook(
             lambda: self.stop(graceful=True), lambda: self._state is ContextState.STOPPED
         )
-        self.rate_controllers: dict[int, RateController] = {}
-        """Per stream id, with ``backpressure_enabled``: its latest rate and history."""
-        self._progress = ProgressRecorder(self.batch_interval_ms, self._receiver_states)
+        self._progress = ProgressRecorder(batch_interval_ms, self._receiver_states)
         self._bus.add(self._progress)
 
     def _use_checkpoint_dir(self, checkpoint_dir: str | None) -> None:
@@ -223,13 +199,11 @@ class StreamingContext:
     @property
     def streams(self) -> list[ReceiverInputStream | StructuredReceiverStream]:
         """The receiver streams, by stream id (e.g. to reach those ``create_fn`` made)."""
-        return list(self._streams)
+        return self._graph.inputs
 
     def receiver_stream(self, receiver: Receiver) -> ReceiverInputStream:
         """Add an input stream fed by ``receiver``, read by batches; return it."""
-        stream = ReceiverInputStream(self, receiver, self._add_receiver(receiver))
-        self._streams.append(stream)
-        return stream
+        return self._graph.receiver_stream(receiver)
 
     def structured_stream(self, receiver: Receiver) -> StructuredReceiverStream:
         """Add a stream fed by ``receiver``, read by Structured Streaming; return it.
@@ -239,21 +213,7 @@ class StreamingContext:
         streaming DataFrame. Stop the queries that read it before stopping the
         context.
         """
-        stream = StructuredReceiverStream(self, receiver, self._add_receiver(receiver))
-        self._streams.append(stream)
-        return stream
-
-    def _add_receiver(self, receiver: Receiver) -> int:
-        self._require(ContextState.INITIALIZED, "add a receiver stream")
-        if not isinstance(receiver, Receiver):
-            msg = f"a stream needs a Receiver instance, got {type(receiver).__name__}"
-            raise TypeError(msg)
-        if any(s.receiver is receiver for s in self._streams):
-            msg = f"receiver {receiver!r} already feeds stream {receiver.stream_id}"
-            raise ConfigError(msg)
-        stream_id = len(self._streams)
-        receiver._stream_id = stream_id
-        return stream_id
+        return self._graph.structured_stream(receiver)
 
     def add_streaming_listener(self, listener: StreamingListener) -> None:
         """Add a listener; its callbacks run on the listener bus thread."""
@@ -263,85 +223,45 @@ class StreamingContext:
         """Remove a listener."""
         self._bus.remove(listener)
 
-    def _add_output(self, stream: DataFrameStream, fn: BatchFunction, name: str) -> None:
-        self._require(ContextState.INITIALIZED, "add an output operation")
-        self._outputs.append((stream, fn, name))
-
     # --- running --------------------------------------------------------------
 
     def start(self) -> None:
         """Start the receivers and the batches; returns at once."""
         with self._lock:
             self._require(ContextState.INITIALIZED, "start")
-            if not self._streams:
+            if not self._graph.inputs:
                 msg = "no receiver stream: call receiver_stream(...) before start()"
                 raise StateError(msg)
-            structured = [s.stream_id for s in self._streams if not _batched(s)]
-            if not self._outputs and not structured:
+            if not self._graph.has_outputs and not self._graph.structured_ids:
                 msg = "no output operation: call foreach_batch(...) on a stream before start()"
                 raise StateError(msg)
             self._check_cores()
-            block_source.register(self.spark)
-            if structured:
-                stream_source.register(self.spark)
-            stream_ids = [s.stream_id for s in self._streams]
-            self.block_tracker = self._create_block_tracker(stream_ids, structured)
-            self._bus.start()
-            self.receiver_tracker = ReceiverTracker(
+            self._scheduler = JobScheduler(
                 self.spark,
-                [s.receiver for s in self._streams],
-                self.block_tracker,
+                self._graph,
+                self.batch_interval_ms,
                 self.config,
                 self._secret,
                 local_bind_host(self._spark_conf),
                 self._bus,
                 self._clock,
+                self._on_failure,
+                self._recovery,
             )
-            if self.config.backpressure_enabled:
-                self._start_rate_controllers()
-            if self.checkpoint_dir:
-                self._checkpoints = CheckpointStore(self.checkpoint_dir)
-            self.job_generator = JobGenerator(
-                self.spark.sparkContext,
-                self.batch_interval_ms,
-                self.block_tracker,
-                self._build_batch,
-                self.receiver_tracker.remove_blocks,
-                self._bus,
-                self._clock,
-                self.config.concurrent_jobs,
-                self._on_batch_error,
-                self._forget_batch,
-                self._clean_receivers if self.config.receiver_wal_enabled else None,
-                self._write_checkpoint if self._checkpoints is not None else None,
-            )
-            if self._checkpoints is not None and self._recovery is None:
-                self._write_checkpoint(-1, [])
-            # First on the bus, before any receiver can register.
-            self._bus.post("on_streaming_started", self._clock.get_time_ms())
-            if self._recovery is not None:
-                # Recovered and down-time batches are allocated before any receiver
-                # runs again, so they hold exactly what was logged before the crash.
-                self.job_generator.start(self._recovery)
-                self.receiver_tracker.start()
-            else:
-                self.receiver_tracker.start()
-                self.job_generator.start()
+            self._scheduler.start()
             self._state = ContextState.ACTIVE
             if self.config.stop_gracefully_on_shutdown:
                 self._sigterm.install()
-            threading.Thread(
-                target=self._warm_up_block_reader, name="block-reader-warm-up", daemon=True
-            ).start()
-        log.info("streaming context started with %d receiver(s)", len(self._streams))
+        log.info("streaming context started with %d receiver(s)", len(self._graph.inputs))
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
-        """Wait until the context stops; re-raise a batch failure. False on timeout."""
+        """Wait until the context stops; raise why it failed, if it did. False on timeout."""
         if not self._terminated.wait(timeout_s):
             return False
-        if self._error is not None:
-            msg = f"a streaming batch failed: {self._error}"
-            raise StreamingError(msg) from self._error
+        error = self._scheduler.error if self._scheduler is not None else None
+        if error is not None:
+            msg = f"the streaming context failed: {error}"
+            raise StreamingError(msg) from error
         return True
 
     def stop(self, graceful: bool = True, stop_spark: bool = False) -> None:
@@ -354,205 +274,24 @@ class StreamingContext:
         with self._lock:
             if self._state is ContextState.STOPPED:
                 return
-            was_active = self._state is ContextState.ACTIVE
             self._state = ContextState.STOPPED
-        if was_active:
-            assert self.receiver_tracker is not None and self.job_generator is not None
-            assert self.block_tracker is not None
+        if self._scheduler is not None:
             timeout_ms = self.config.graceful_stop_timeout_ms or 10 * self.batch_interval_ms
-            self.spark.sparkContext.cancelJobGroup(WARM_UP_JOB_GROUP)
-            self.receiver_tracker.stop(graceful)
-            self.job_generator.stop(graceful, timeout_ms)
-            self.block_tracker.stop()
-            self._bus.stop()
-            for controller in self.rate_controllers.values():
-                controller.stop()
+            self._scheduler.stop(graceful, timeout_ms)
         self._sigterm.restore()
         self._terminated.set()
         if stop_spark:
             self.spark.stop()
         log.info("streaming context stopped (graceful=%s)", graceful)
 
-    def _read_partitions(self) -> int:
-        """Read tasks per stream and batch: ``batch_read_partitions``, or one wave.
-
-        One wave is the task slots the receivers leave free (each holds a slot for
-        as long as it runs); in local mode also no more than the host's cores, since
-        ``local[N]`` may offer more slots than there are cores, and on a busy core
-        every extra Python read task costs more than it reads.
-        """
-        if self.config.batch_read_partitions:
-            return self.config.batch_read_partitions
-        sc = self.spark.sparkContext
-        free = sc.defaultParallelism - len(self._streams)
-        master = sc.master or ""
-        if master.startswith("local[") or master == "local":
-            free = min(free, os.cpu_count() or 1)
-        return max(1, free)
-
-    def _warm_up_block_reader(self) -> None:
-        """Start the block reader's Python workers before the first batch needs them."""
-        sc = self.spark.sparkContext
-        try:
-            sc.setJobGroup(WARM_UP_JOB_GROUP, "spark-receivers: warm up the block reader", True)
-            block_source.warm_up(self.spark, self._read_partitions())
-        except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
-            log.debug("block reader warm-up did not finish: %s", e)
-
-    # --- backpressure -------------------------------------------------------------
-
-    def _start_rate_controllers(self) -> None:
-        """One RateController per stream, fed by the listener bus (Spark's backpressure)."""
-        cfg = self.config
-        for stream in filter(_batched, self._streams):
-            estimator = create_rate_estimator(
-                cfg.backpressure_rate_estimator,
-                self.batch_interval_ms,
-                cfg.backpressure_pid_proportional,
-                cfg.backpressure_pid_integral,
-                cfg.backpressure_pid_derived,
-                cfg.backpressure_pid_min_rate,
-            )
-            controller = RateController(
-                stream.stream_id, estimator, self._publish_rate, cfg.max_rate_or_none
-            )
-            self.rate_controllers[stream.stream_id] = controller
-            self._bus.add(controller)
-
-    def _publish_rate(self, stream_id: int, rate: float) -> None:
-        tracker = self.receiver_tracker
-        if tracker is not None and self._state is not ContextState.STOPPED:
-            tracker.update_rate_limit(stream_id, rate)
-
-    # --- write-ahead logs ---------------------------------------------------------
-
-    def _create_block_tracker(
-        self, stream_ids: list[int], offset_stream_ids: list[int]
-    ) -> ReceivedBlockTracker:
-        if not self.checkpoint_dir:
-            return ReceivedBlockTracker(
-                stream_ids, clock=self._clock, offset_stream_ids=offset_stream_ids
-            )
-        wal = create_driver_wal(self.checkpoint_dir, self.config, self._clock)
-        recover = self._recovery is not None
-        if not recover:
-            # A fresh start must not later replay the events of an older run: drop them.
-            wal.clean(2**62, wait=True)
-        return ReceivedBlockTracker(
-            stream_ids, wal, self._clock, recover=recover, offset_stream_ids=offset_stream_ids
-        )
-
-    def _write_checkpoint(self, last_completed_ms: int, pending_ms: list[int]) -> None:
-        assert self._checkpoints is not None
-        self._checkpoints.write(
-            Checkpoint(
-                batch_interval_ms=self.batch_interval_ms,
-                last_completed_batch_ms=last_completed_ms,
-                pending_batch_ms=tuple(pending_ms),
-                checkpoint_time_ms=self._clock.get_time_ms(),
-                config=self.config.as_dict(),
-            )
-        )
-
-    def _clean_receivers(self, batch_time_ms: int) -> None:
-        """Tell receivers to delete WAL segments no batch can need any more.
-
-        The threshold is the oldest ``generated_ms`` of a block the driver still
-        tracks (receivers stamp WAL records no earlier than that, in their own
-        clock), capped at one batch interval before the completed batch.
-        """
-        assert self.block_tracker is not None and self.receiver_tracker is not None
-        threshold = batch_time_ms - self.batch_interval_ms
-        oldest = self.block_tracker.oldest_generated_ms_in_use()
-        if oldest is not None:
-            threshold = min(threshold, oldest)
-        if threshold > 0:
-            self.receiver_tracker.run(tracker_commands.CleanupOldBlocks(threshold))
-
-    # --- batches ----------------------------------------------------------------
-
-    def _build_batch(
-        self, batch_time_ms: int, blocks: dict[int, list[ReceivedBlockInfo]]
-    ) -> list[OutputOperation]:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        for stream in self._streams:
-            if not isinstance(stream, ReceiverInputStream):
-                continue
-            stream_blocks = blocks.get(stream.stream_id, [])
-            if stream_blocks:
-                schema = from_arrow_schema(stream.receiver.schema)
-                df = block_source.blocks_dataframe(
-                    self.spark,
-                    stream_blocks,
-                    schema,
-                    self._secret,
-                    self.checkpoint_dir,
-                    self._read_partitions(),
-                )
-            else:
-                df = self._empty_dataframe(stream)
-            stream._set_batch(batch_time_ms, df)
-        return [
-            OutputOperation(i, name, _bind(fn, out, batch_time_ms))
-            for i, (out, fn, name) in enumerate(self._outputs)
-        ]
-
-    def _empty_dataframe(self, stream: ReceiverInputStream) -> DataFrame:
-        df = self._empty.get(stream.stream_id)
-        if df is None:
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            df = self.spark.createDataFrame([], from_arrow_schema(stream.receiver.schema))
-            self._empty[stream.stream_id] = df
-        return df
-
-    def _forget_batch(self, batch_time_ms: int) -> None:
-        for out, _, _ in self._outputs:
-            out._forget(batch_time_ms)
-        for stream in self._streams:
-            if isinstance(stream, ReceiverInputStream):
-                stream._forget(batch_time_ms)
-
-    def _on_batch_error(self, batch_time_ms: int, error: BaseException) -> None:
-        self._report_lost_blocks(batch_time_ms, error)
-        with self._lock:
-            if self._error is None:
-                self._error = error
-        log.error("batch %d failed; stopping the streaming context", batch_time_ms)
+    def _on_failure(self) -> None:
+        # Called on the failing thread (a batch thread, the timer, a launcher): never
+        # stop from it, since stopping joins those very threads.
         threading.Thread(
             target=self.stop, kwargs={"graceful": False}, name="streaming-stop", daemon=True
         ).start()
 
-    def _report_lost_blocks(self, batch_time_ms: int, error: BaseException) -> None:
-        # Spark wraps the reader's BlockNotFoundError (maybe several times): find the
-        # blocks it names in the whole text of the error and its causes.
-        texts: list[str] = []
-        cause: BaseException | None = error
-        while cause is not None and len(texts) < 10:
-            texts.append(str(cause))
-            cause = cause.__cause__ or cause.__context__
-        seen: set[str] = set()
-        for match in LOST_BLOCK_RE.finditer("\n".join(texts)):
-            block_id, stream_id, records = match.group(1), int(match.group(2)), int(match.group(3))
-            if block_id in seen:
-                continue
-            seen.add(block_id)
-            end = match.string.find("\n", match.start())
-            reason = match.string[match.start() : end if end >= 0 else None]
-            log.error(
-                "batch %d lost block %s of stream %d (%d records)",
-                batch_time_ms,
-                block_id,
-                stream_id,
-                records,
-            )
-            self._bus.post(
-                "on_block_lost",
-                BlockLostInfo(batch_time_ms, stream_id, block_id, records, reason),
-            )
-
-    # --- progress ----------------------------------------------------------------
+    # --- progress and status -------------------------------------------------------
 
     @property
     def last_progress(self) -> dict[str, Any] | None:
@@ -564,8 +303,19 @@ class StreamingContext:
         """Progress of the recent completed batches (up to 100), oldest first."""
         return self._progress.recent
 
-    def _receiver_states(self) -> dict[int, ReceiverState]:
-        tracker = self.receiver_tracker
+    def status(self) -> StreamingStatus:
+        """A typed snapshot of where the stream stands now (receivers, batches, records)."""
+        scheduler = self._scheduler
+        if scheduler is not None:
+            return scheduler.status(self._state.name)
+        receivers = tuple(
+            ReceiverStatus(s.stream_id, s.receiver.name, "INACTIVE", None, None, None, 0, 0, 0)
+            for s in self._graph.inputs
+        )
+        return StreamingStatus(self._state.name, self.batch_interval_ms, receivers)
+
+    def _receiver_states(self) -> dict[int, Any]:
+        tracker = getattr(self._scheduler, "receiver_tracker", None)
         return {} if tracker is None else tracker.receiver_states()
 
     # --- checks -----------------------------------------------------------------
@@ -579,22 +329,11 @@ class StreamingContext:
         master = self._spark_conf.get("spark.master", "")
         m = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", master)
         cores = 1 if master == "local" else int(m.group(1)) if m else None
-        if cores is not None and cores <= len(self._streams):
+        n = len(self._graph.inputs)
+        if cores is not None and cores <= n:
             msg = (
-                f"master {master!r} has {cores} core(s) but {len(self._streams)} receiver(s): each "
+                f"master {master!r} has {cores} core(s) but {n} receiver(s): each "
                 "receiver holds a core for good, so no batch could run; "
-                f"use local[{len(self._streams) + 2}]"
+                f"use local[{n + 2}]"
             )
             raise ConfigError(msg)
-
-
-def _batched(stream: ReceiverInputStream | StructuredReceiverStream) -> bool:
-    return isinstance(stream, ReceiverInputStream)
-
-
-def _bind(fn: BatchFunction, stream: DataFrameStream, batch_time_ms: int) -> Callable[[], None]:
-    def run() -> None:
-        df: DataFrame = stream._dataframe(batch_time_ms)
-        fn(df, batch_time_ms)
-
-    return run

@@ -170,12 +170,7 @@ class ProgressPrinter(StreamingListener):
         self.batches += 1
         self.records += info.num_records
         interval_s = self._ssc.batch_interval_ms / 1000.0
-        tracker = self._ssc.receiver_tracker
-        states = (
-            " ".join(f"{s}={st.name}" for s, st in tracker.receiver_states().items())
-            if tracker
-            else "-"
-        )
+        states = " ".join(f"{r.stream_id}={r.state}" for r in self._ssc.status().receivers)
         when = time.strftime("%H:%M:%S", time.localtime(info.batch_time_ms / 1000))
         failed = any(o.failure_reason for o in info.output_operations.values())
         rate = info.num_records / interval_s

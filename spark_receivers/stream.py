@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from spark_receivers.context import StreamingContext
+    from spark_receivers.driver.stream_graph import StreamGraph
     from spark_receivers.receiver.receiver import Receiver
 
 BatchFunction = Callable[["DataFrame", int], None]
@@ -28,11 +28,11 @@ class DataFrameStream:
 
     def __init__(
         self,
-        context: StreamingContext,
+        graph: StreamGraph,
         parent: DataFrameStream | None = None,
         fn: Callable[[DataFrame], DataFrame] | None = None,
     ) -> None:
-        self.context = context
+        self.graph = graph
         self._parent = parent
         self._fn = fn
         self.id = next(self._ids)
@@ -41,12 +41,12 @@ class DataFrameStream:
 
     def foreach_batch(self, fn: BatchFunction, name: str | None = None) -> DataFrameStream:
         """Call ``fn(df, batch_time_ms)`` for every batch; return this stream."""
-        self.context._add_output(self, fn, name or str(getattr(fn, "__name__", "foreach_batch")))
+        self.graph.add_output(self, fn, name or str(getattr(fn, "__name__", "foreach_batch")))
         return self
 
     def transform(self, fn: Callable[[DataFrame], DataFrame]) -> DataFrameStream:
         """A stream whose every batch is ``fn`` of this stream's batch."""
-        return DataFrameStream(self.context, self, fn)
+        return DataFrameStream(self.graph, self, fn)
 
     def show(self, n: int = 20, truncate: bool = True) -> DataFrameStream:
         """Print the first ``n`` rows of every batch with its time (an output operation)."""
@@ -82,8 +82,8 @@ class DataFrameStream:
 class ReceiverInputStream(DataFrameStream):
     """The stream of one receiver: each batch reads the blocks it received."""
 
-    def __init__(self, context: StreamingContext, receiver: Receiver, stream_id: int) -> None:
-        super().__init__(context)
+    def __init__(self, graph: StreamGraph, receiver: Receiver, stream_id: int) -> None:
+        super().__init__(graph)
         self.receiver = receiver
         self.stream_id = stream_id
 
@@ -114,8 +114,8 @@ class StructuredReceiverStream:
     same offsets (see ``spark/stream_source.py``).
     """
 
-    def __init__(self, context: StreamingContext, receiver: Receiver, stream_id: int) -> None:
-        self.context = context
+    def __init__(self, graph: StreamGraph, receiver: Receiver, stream_id: int) -> None:
+        self._graph = graph
         self.receiver = receiver
         self.stream_id = stream_id
 
@@ -125,21 +125,7 @@ class StructuredReceiverStream:
         They hold the tracker's address and the application secret: the context must
         be started, and a restarted driver must read them again.
         """
-        from spark_receivers.context import ContextState
-        from spark_receivers.spark.block_source import SECRET_OPTION
-
-        ctx = self.context
-        ctx._require(ContextState.ACTIVE, "read a structured stream")
-        assert ctx.receiver_tracker is not None
-        options = {
-            "tracker": ctx.receiver_tracker.address,
-            SECRET_OPTION: ctx._secret,
-            "stream_id": str(self.stream_id),
-            "max_partitions": str(ctx._read_partitions()),
-        }
-        if ctx.checkpoint_dir:
-            options["checkpoint_dir"] = ctx.checkpoint_dir
-        return options
+        return self._graph.source_options(self.stream_id)
 
     def read_stream(self, max_records_per_trigger: int | None = None) -> DataFrame:
         """The streaming DataFrame of this receiver (Structured Streaming).
@@ -155,7 +141,7 @@ class StructuredReceiverStream:
         if max_records_per_trigger is not None:
             options[MAX_RECORDS_OPTION] = str(max_records_per_trigger)
         return (
-            self.context.spark.readStream.format(FORMAT)
+            self._graph.spark.readStream.format(FORMAT)
             .schema(from_arrow_schema(self.receiver.schema))
             .options(**options)
             .load()

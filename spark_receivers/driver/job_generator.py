@@ -1,16 +1,22 @@
 """Turns time into batches: allocate blocks, run the output operations, clean up.
 
-Spark's JobGenerator and JobScheduler in one. A timer on the injected clock
-ticks at every multiple of the batch interval; each tick allocates the received
-blocks to a batch and queues it; ``concurrent_jobs`` threads (1 by default) run
-the queued batches in order. When a batch completes, its blocks are dropped
-from the receivers' stores and the block tracker forgets it.
+Spark's JobGenerator (the job scheduler around it is ``driver/job_scheduler.py``).
+A timer on the injected clock ticks at every multiple of the batch interval;
+each tick allocates the received blocks to a batch and queues it;
+``concurrent_jobs`` threads (1 by default) run the queued batches in order.
+What a batch is made of and what happens around it is asked of the
+:class:`BatchHooks` (the job scheduler): its output operations, what to do when
+it failed, the cleanup after it (its blocks dropped from the receivers' stores,
+old receiver WAL segments deleted) and the checkpoint. When a batch completes
+the block tracker forgets it.
 
 Threads: the timer thread allocates and queues; batch threads run the user's
-output operations (which submit Spark jobs); listener events go to the bus.
+output operations (which submit Spark jobs); listener events go to the bus. If
+the timer thread dies, :meth:`BatchHooks.timer_died` is told the cause (batches
+would otherwise silently stop).
 
-Checkpoints (when a ``checkpoint`` callback is given) are written after every
-batch is generated and after every batch completes, before its cleanup, so a
+Checkpoints are written after every batch is generated and after every batch
+completes, before its cleanup, so a
 recovered driver never takes a completed batch for pending nor cleans what a
 pending batch needs. :meth:`JobGenerator.start` with a checkpoint restarts as
 Spark's JobGenerator does: the batches that were pending and those that were
@@ -27,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from spark_receivers.driver.checkpoint import Checkpoint
 from spark_receivers.driver.listener import BatchInfo, ListenerBus, OutputOperationInfo
@@ -51,7 +57,40 @@ class OutputOperation:
     run: Callable[[], None]
 
 
-BatchBuilder = Callable[[int, dict[int, list[ReceivedBlockInfo]]], list[OutputOperation]]
+Blocks = dict[int, list[ReceivedBlockInfo]]
+
+
+class BatchHooks(Protocol):
+    """What the job generator asks of its owner (the job scheduler) around each batch.
+
+    Every hook runs on a batch thread but ``write_checkpoint`` (also the timer
+    thread) and ``timer_died`` (the dying timer thread); none may raise except
+    ``generate_jobs`` (a raise fails the batch).
+    """
+
+    def generate_jobs(self, batch_time_ms: int, blocks: Blocks) -> list[OutputOperation]:
+        """The batch's output operations, bound to its DataFrames."""
+        ...
+
+    def batch_failed(self, batch_time_ms: int, error: BaseException) -> None:
+        """An output operation (or building the batch) failed with ``error``."""
+        ...
+
+    def batch_finished(self, batch_time_ms: int) -> None:
+        """The batch ended (completed or failed): forget its DataFrames."""
+        ...
+
+    def clean_after_batch(self, batch_time_ms: int, blocks: Blocks) -> None:
+        """The batch completed: drop its blocks from their stores, clean old WAL data."""
+        ...
+
+    def write_checkpoint(self, last_completed_ms: int, pending_ms: list[int]) -> None:
+        """Record which batches completed and which are pending (may do nothing)."""
+        ...
+
+    def timer_died(self, error: BaseException) -> None:
+        """The timer thread dies of ``error``: no more batches will be generated."""
+        ...
 
 
 class JobGenerator:
@@ -62,30 +101,20 @@ class JobGenerator:
         sc: SparkContext,
         batch_interval_ms: int,
         block_tracker: ReceivedBlockTracker,
-        build_batch: BatchBuilder,
-        remove_blocks: Callable[[list[ReceivedBlockInfo]], None],
+        hooks: BatchHooks,
         bus: ListenerBus,
         clock: Clock,
         concurrent_jobs: int = 1,
-        on_batch_error: Callable[[int, BaseException], None] | None = None,
-        after_batch: Callable[[int], None] | None = None,
-        clean_receivers: Callable[[int], None] | None = None,
-        checkpoint: Callable[[int, list[int]], None] | None = None,
     ) -> None:
         self._sc = sc
         self.batch_interval_ms = batch_interval_ms
         self._block_tracker = block_tracker
-        self._build_batch = build_batch
-        self._remove_blocks = remove_blocks
+        self._hooks = hooks
         self._bus = bus
         self._clock = clock
-        self._on_batch_error = on_batch_error
-        self._after_batch = after_batch
-        self._clean_receivers = clean_receivers
-        self._checkpoint = checkpoint
         self._checkpoint_lock = threading.Lock()
         self.recovered_batches: list[int] = []
-        self._timer = RecurringTimer(clock, batch_interval_ms, self._generate, "job-generator")
+        self._timer = RecurringTimer(clock, batch_interval_ms, self._tick, "job-generator")
         self._executor = ThreadPoolExecutor(concurrent_jobs, thread_name_prefix="streaming-batch")
         self._lock = threading.Condition()
         self._pending: dict[int, Future[None]] = {}
@@ -136,15 +165,22 @@ class JobGenerator:
         return self._timer.start(restart_ms)
 
     def _write_checkpoint(self) -> None:
-        if self._checkpoint is None:
-            return
         with self._checkpoint_lock:
             with self._lock:
                 last, pending = self._last_completed_ms, sorted(self._pending)
             try:
-                self._checkpoint(last, pending)
+                self._hooks.write_checkpoint(last, pending)
             except Exception:
                 log.exception("could not write the checkpoint (last completed batch %d)", last)
+
+    def _tick(self, batch_time_ms: int) -> None:
+        """One timer tick; a raise here ends the timer thread: tell the owner first."""
+        try:
+            self._generate(batch_time_ms)
+        except BaseException as e:
+            log.exception("the job generator's timer dies at batch %d", batch_time_ms)
+            self._hooks.timer_died(e)
+            raise
 
     def _generate(self, batch_time_ms: int) -> None:
         try:
@@ -173,7 +209,7 @@ class JobGenerator:
             f"spark-receivers-batch-{t}", f"Streaming batch {t}", interruptOnCancel=False
         )
         try:
-            operations = self._build_batch(t, blocks)
+            operations = self._hooks.generate_jobs(t, blocks)
         except Exception as e:
             operations = []
             failure = e
@@ -197,8 +233,7 @@ class JobGenerator:
         )
         if failure is not None:
             self._finish(t, info, blocks, succeeded=False)
-            if self._on_batch_error is not None:
-                self._on_batch_error(t, failure)
+            self._hooks.batch_failed(t, failure)
             return
         self._finish(t, info, blocks, succeeded=True)
 
@@ -213,21 +248,16 @@ class JobGenerator:
                 self.batches_completed += 1
                 self.records_processed_by_batches += info.num_records
             self._lock.notify_all()
-        if self._after_batch is not None:
-            self._after_batch(t)
+        self._hooks.batch_finished(t)
         self._bus.post("on_batch_completed", info)
         if succeeded:
             # Checkpoint first: cleanup must never run ahead of what a restart knows.
             self._write_checkpoint()
-            all_blocks = [b for bs in blocks.values() for b in bs]
-            if all_blocks:
-                self._remove_blocks(all_blocks)
             self._block_tracker.cleanup_old_batches(threshold)
-            if self._clean_receivers is not None:
-                try:
-                    self._clean_receivers(t)
-                except Exception:
-                    log.exception("could not clean the receivers' WALs after batch %d", t)
+            try:
+                self._hooks.clean_after_batch(t, blocks)
+            except Exception:
+                log.exception("could not clean up after batch %d", t)
 
     def pending_batches(self) -> list[int]:
         """Times of the batches queued or running."""

@@ -54,9 +54,7 @@ class ProgressRecorder(StreamingListener):
             "num_input_rows": info.num_records,
             "input_rows_per_stream": {str(k): v for k, v in info.num_records_per_stream.items()},
             "input_rows_per_second": info.num_records / self._interval_s,
-            "processed_rows_per_second": (info.num_records / processing_s)
-            if processing_s
-            else 0.0,
+            "processed_rows_per_second": (info.num_records / processing_s) if processing_s else 0.0,
             "durations_ms": {
                 "scheduling_delay": info.scheduling_delay_ms,
                 "processing": info.processing_delay_ms,

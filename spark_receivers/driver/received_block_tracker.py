@@ -23,28 +23,17 @@ Replay tolerates what the WAL may hand back twice or after a failed write
   earlier batch.
 
 Streams read by Structured Streaming (``offset_stream_ids``) never go to batches:
-their blocks are appended to a **block log** per stream whose positions count
-records (docs/decisions/0004). :meth:`allocate_offsets` appends every queued block
-(an ``OffsetRangeEvent`` at the log's end position) and returns an end offset, at
-most ``max_records`` past the start; :meth:`offset_range` gives the blocks and row
-slices of ``[start, end)``, the same every time, also after a restart;
-:meth:`commit_offsets` forgets what lies wholly below ``end`` (an
-``OffsetCommitEvent``). On replay, a range event that starts before the log's end
-replaces what follows its start (the earlier write was reported failed, so no
-query ever saw it), and one that starts past the end follows WAL segments already
-cleaned. Every event carries its write time; the driver WAL is never cleaned past
-the oldest event a block log still needs.
+their blocks go to the block logs of :mod:`spark_receivers.driver.block_log`
+(``tracker.logs``), which share this tracker's lock, queues and WAL.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import posixpath
 import threading
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.block_events import (
@@ -57,7 +46,7 @@ from spark_receivers.driver.block_events import (
     decode_event,
     encode_event,
 )
-from spark_receivers.errors import OffsetError
+from spark_receivers.driver.block_log import BlockLogs
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import WriteAheadLog
@@ -96,60 +85,6 @@ def create_driver_wal(
     )
 
 
-@dataclass
-class _BlockLog:
-    """The block log of one Structured Streaming stream (positions count records)."""
-
-    starts: list[int] = field(default_factory=list)
-    """Log position of each retained block, ascending."""
-    blocks: list[ReceivedBlockInfo] = field(default_factory=list)
-    written_ms: list[int] = field(default_factory=list)
-    """Write time of the range event that appended each block."""
-    base: int = 0
-    """The first position still readable (everything below was committed)."""
-    end: int = 0
-    """The position after the last appended block."""
-    commit_ms: int | None = None
-    """Write time of the newest commit event (it holds ``base`` when the log is empty)."""
-    queued_since_ms: int | None = None
-    """Driver time before the oldest queued block was logged (0: unknown, after replay)."""
-
-    def append(self, start: int, blocks: Iterable[ReceivedBlockInfo], written_ms: int) -> None:
-        if start > self.end:  # the events before this one were cleaned from the WAL
-            self.starts.clear()
-            self.blocks.clear()
-            self.written_ms.clear()
-            self.base = start
-        elif start < self.end:  # replaces an append whose write was reported failed
-            keep = bisect.bisect_left(self.starts, start)
-            del self.starts[keep:], self.blocks[keep:], self.written_ms[keep:]
-            self.base = min(self.base, start)
-        position = start
-        for b in blocks:
-            self.starts.append(position)
-            self.blocks.append(b)
-            self.written_ms.append(written_ms)
-            position += b.num_records
-        self.end = position
-
-    def commit(self, end: int, written_ms: int) -> list[ReceivedBlockInfo]:
-        keep = 0
-        while keep < len(self.blocks) and self.starts[keep] + self.blocks[keep].num_records <= end:
-            keep += 1
-        gone = self.blocks[:keep]
-        del self.starts[:keep], self.blocks[:keep], self.written_ms[:keep]
-        self.base = max(self.base, end)
-        self.end = max(self.end, end)
-        self.commit_ms = written_ms
-        return gone
-
-    def wal_floor_ms(self) -> int | None:
-        times = [t for t in (self.commit_ms, self.queued_since_ms) if t is not None]
-        if self.written_ms:
-            times.append(self.written_ms[0])
-        return min(times, default=None)
-
-
 class ReceivedBlockTracker:
     """Blocks per stream, allocated to batches. Thread-safe.
 
@@ -173,8 +108,8 @@ class ReceivedBlockTracker:
         offset_stream_ids: Iterable[int] = (),
     ) -> None:
         self._stream_ids = list(stream_ids)
-        self._logs: dict[int, _BlockLog] = {s: _BlockLog() for s in offset_stream_ids}
-        unknown = set(self._logs) - set(self._stream_ids)
+        offset_ids = list(offset_stream_ids)
+        unknown = set(offset_ids) - set(self._stream_ids)
         if unknown:
             msg = f"offset_stream_ids {sorted(unknown)} are not among stream_ids {self._stream_ids}"
             raise ValueError(msg)
@@ -189,6 +124,15 @@ class ReceivedBlockTracker:
         self._allocated: dict[int, dict[int, tuple[ReceivedBlockInfo, ...]]] = {}
         self._last_allocated_ms = -1
         self.recovered_events = 0
+        self.logs = BlockLogs(
+            offset_ids,
+            self._lock,
+            self.allocation_changed,
+            self._unallocated,
+            self._write,
+            self._clock,
+        )
+        """The block logs of the streams read by Structured Streaming."""
         if recover and wal is not None:
             self._recover()
 
@@ -218,15 +162,14 @@ class ReceivedBlockTracker:
         if info.stream_id not in self._unallocated:
             log.warning("block %s of unknown stream %s refused", info.block_id, info.stream_id)
             return False
-        block_log = self._logs.get(info.stream_id)
-        before_ms = self._clock.get_time_ms() if block_log is not None else 0
+        offsets = info.stream_id in self.logs
+        before_ms = self._clock.get_time_ms() if offsets else 0
         if not self._write(BlockAdditionEvent(info)):
             return False
         with self._lock:
-            queue = self._unallocated[info.stream_id]
-            if block_log is not None and block_log.queued_since_ms is None:
-                block_log.queued_since_ms = before_ms
-            queue.append(info)
+            if offsets:
+                self.logs.block_queued(info.stream_id, before_ms)
+            self._unallocated[info.stream_id].append(info)
             self.allocation_changed.notify_all()
             return True
 
@@ -246,7 +189,7 @@ class ReceivedBlockTracker:
                     self._last_allocated_ms,
                 )
                 return
-            blocks = {s: tuple(q) for s, q in self._unallocated.items() if s not in self._logs}
+            blocks = {s: tuple(q) for s, q in self._unallocated.items() if s not in self.logs}
             if not self._write(BatchAllocationEvent(batch_time_ms, blocks)):
                 log.warning(
                     "allocation of batch %d not logged; its blocks stay unallocated", batch_time_ms
@@ -276,7 +219,7 @@ class ReceivedBlockTracker:
     def has_unallocated_blocks(self) -> bool:
         """True while some stream read by batches has blocks not yet given to a batch."""
         with self._lock:
-            return any(q for s, q in self._unallocated.items() if s not in self._logs)
+            return any(q for s, q in self._unallocated.items() if s not in self.logs)
 
     def unallocated_blocks_of_stream(self, stream_id: int) -> list[ReceivedBlockInfo]:
         """The blocks of a stream that wait for a batch."""
@@ -303,9 +246,7 @@ class ReceivedBlockTracker:
                 for bs in batch.values()
                 for b in bs
             )
-            times.extend(
-                b.generated_ms for block_log in self._logs.values() for b in block_log.blocks
-            )
+            times.extend(self.logs.generated_ms_in_use())
             return min(times, default=None)
 
     def cleanup_old_batches(self, threshold_ms: int, wait_for_completion: bool = False) -> None:
@@ -322,122 +263,10 @@ class ReceivedBlockTracker:
                 return
             for t in times:
                 self._allocated.pop(t, None)
-            floors = [f for f in (b.wal_floor_ms() for b in self._logs.values()) if f is not None]
-            wal_threshold = min([threshold_ms, *floors])
+            floor = self.logs.wal_floor_ms()
+            wal_threshold = threshold_ms if floor is None else min(threshold_ms, floor)
         if self._wal is not None:
             self._wal.clean(wal_threshold, wait_for_completion)
-
-    # --- block logs (Structured Streaming) -----------------------------------
-
-    def is_offset_stream(self, stream_id: int) -> bool:
-        """True when ``stream_id`` is read through offsets, not batches."""
-        return stream_id in self._logs
-
-    def offset_status(self, stream_id: int) -> dict[str, int]:
-        """``base`` and ``end`` of the stream's block log, records ``queued`` after its end."""
-        with self._lock:
-            block_log = self._block_log(stream_id)
-            queued = sum(b.num_records for b in self._unallocated[stream_id])
-            return {"base": block_log.base, "end": block_log.end, "queued": queued}
-
-    def allocate_offsets(self, stream_id: int, start: int, max_records: int | None = None) -> int:
-        """Append the stream's queued blocks to its log; return the end offset from ``start``.
-
-        The end is the log's end, or at most ``max_records`` past ``start``. If the
-        append cannot be logged, the blocks stay queued and the end is computed over
-        what the log already holds (a later call appends them). ``max_records``
-        None or -1: no limit.
-        """
-        if max_records is not None and max_records < -1:
-            msg = f"max_records must be -1 (no limit) or >= 0, got {max_records}"
-            raise OffsetError(msg)
-        with self._lock:
-            block_log = self._block_log(stream_id)
-            self._check_position(stream_id, block_log, start, "start")
-            queue = self._unallocated[stream_id]
-            if queue:
-                blocks = tuple(queue)
-                now = self._clock.get_time_ms()
-                if self._write(OffsetRangeEvent(stream_id, block_log.end, blocks, now)):
-                    queue.clear()
-                    block_log.append(block_log.end, blocks, now)
-                    block_log.queued_since_ms = None
-                    self.allocation_changed.notify_all()
-                else:
-                    log.warning(
-                        "blocks of stream %d not appended to its log: WAL write failed", stream_id
-                    )
-            if max_records is None or max_records < 0:
-                return block_log.end
-            return min(block_log.end, start + max_records)
-
-    def offset_range(
-        self, stream_id: int, start: int, end: int
-    ) -> list[tuple[ReceivedBlockInfo, int, int]]:
-        """The blocks of ``[start, end)`` as (block, first row, row count), in log order."""
-        with self._lock:
-            block_log = self._block_log(stream_id)
-            self._check_position(stream_id, block_log, start, "start")
-            self._check_position(stream_id, block_log, end, "end")
-            if end < start:
-                msg = f"offset range of stream {stream_id} ends before it starts: [{start}, {end})"
-                raise OffsetError(msg)
-            i = max(0, bisect.bisect_right(block_log.starts, start) - 1)
-            out = []
-            while i < len(block_log.blocks) and block_log.starts[i] < end:
-                b, first = block_log.blocks[i], block_log.starts[i]
-                lo, hi = max(start, first), min(end, first + b.num_records)
-                if hi > lo:
-                    out.append((b, lo - first, hi - lo))
-                i += 1
-            return out
-
-    def commit_offsets(self, stream_id: int, end: int) -> list[ReceivedBlockInfo]:
-        """Forget the blocks wholly below ``end``; return them (their stores may drop them).
-
-        Nothing changes if the commit cannot be logged (a later commit covers it).
-        """
-        with self._lock:
-            block_log = self._block_log(stream_id)
-            if end > block_log.end:
-                msg = (
-                    f"cannot commit offset {end} of stream {stream_id}: its block log ends at "
-                    f"{block_log.end}"
-                )
-                raise OffsetError(msg)
-            if end <= block_log.base:
-                return []
-            now = self._clock.get_time_ms()
-            if not self._write(OffsetCommitEvent(stream_id, end, now)):
-                log.warning("commit of stream %d up to %d not logged; kept", stream_id, end)
-                return []
-            return block_log.commit(end, now)
-
-    def _block_log(self, stream_id: int) -> _BlockLog:
-        block_log = self._logs.get(stream_id)
-        if block_log is None:
-            kind = "batches" if stream_id in self._unallocated else "no stream"
-            msg = (
-                f"stream {stream_id} is not read through offsets (it feeds {kind}); "
-                "create it with StreamingContext.structured_stream(receiver)"
-            )
-            raise OffsetError(msg)
-        return block_log
-
-    def _check_position(
-        self, stream_id: int, block_log: _BlockLog, position: int, what: str
-    ) -> None:
-        if block_log.base <= position <= block_log.end:
-            return
-        if position < block_log.base:
-            why = "was committed and cleaned up already"
-        else:
-            why = "is past the end of the log: was the checkpoint directory replaced?"
-        msg = (
-            f"{what} offset {position} of stream {stream_id} {why} "
-            f"(the block log holds [{block_log.base}, {block_log.end}))"
-        )
-        raise OffsetError(msg)
 
     def stop(self) -> None:
         """Close the WAL."""
@@ -464,9 +293,7 @@ class ReceivedBlockTracker:
                 self._replay(decode_event(record), known)
                 n += 1
             self.recovered_events = n
-            for s, block_log in self._logs.items():
-                # When these blocks were logged is unknown: keep the whole WAL until appended.
-                block_log.queued_since_ms = 0 if self._unallocated[s] else None
+            self.logs.recovered()
         log.info(
             "recovered %d block tracker events: %d unallocated blocks, %d batches, last %d",
             n,
@@ -484,7 +311,7 @@ class ReceivedBlockTracker:
                     log.info("recovered a duplicate addition of block %s; ignored", info.block_id)
                 else:
                     known[info.block_id] = None
-                    self._unallocated[info.stream_id].append(_without_store(info))
+                    self._unallocated[info.stream_id].append(info.without_store())
             case BatchAllocationEvent(batch_time_ms=t, blocks=blocks):
                 recovered: dict[int, tuple[ReceivedBlockInfo, ...]] = {}
                 for s, infos in blocks.items():
@@ -496,27 +323,14 @@ class ReceivedBlockTracker:
                         known[name] = t
                     queue = self._unallocated.get(s, deque())
                     self._unallocated[s] = deque(b for b in queue if b.block_id not in names)
-                    recovered[s] = tuple(_without_store(b) for b in infos)
+                    recovered[s] = tuple(b.without_store() for b in infos)
                 self._allocated[t] = recovered
                 self._last_allocated_ms = max(self._last_allocated_ms, t)
             case BatchCleanupEvent(batch_times_ms=times):
                 for t in times:
                     self._allocated.pop(t, None)
-            case OffsetRangeEvent(stream_id=s, start=start, blocks=infos, written_ms=w):
-                block_log = self._logs.get(s)
-                if block_log is None:
-                    log.warning("recovered block log of stream %d, not read by offsets; ignored", s)
-                    return
-                names = {b.block_id for b in infos}
-                for name in names:
-                    known[name] = None
-                queue = self._unallocated[s]
-                self._unallocated[s] = deque(b for b in queue if b.block_id not in names)
-                block_log.append(start, (_without_store(b) for b in infos), w)
-            case OffsetCommitEvent(stream_id=s, end=end, written_ms=w):
-                block_log = self._logs.get(s)
-                if block_log is not None:
-                    block_log.commit(end, w)
+            case OffsetRangeEvent() | OffsetCommitEvent():
+                self.logs.replay(event, known)
 
     def _take_from_batch(self, batch_ms: int, stream_id: int, block_id: str, later: int) -> None:
         # The allocation of `batch_ms` was reported failed live (see the module doc).
@@ -532,20 +346,3 @@ class ReceivedBlockTracker:
             later,
         )
         batch[stream_id] = tuple(b for b in batch.get(stream_id, ()) if b.block_id != block_id)
-
-
-def _without_store(info: ReceivedBlockInfo) -> ReceivedBlockInfo:
-    # ReceivedBlockInfo.without_store, without dataclasses.replace's per-call overhead
-    # (it dominated the replay of 100,000 blocks).
-    if info.store_endpoint is None:
-        return info
-    return ReceivedBlockInfo(
-        info.stream_id,
-        info.block_id,
-        info.num_records,
-        info.generated_ms,
-        None,
-        info.size_bytes,
-        info.wal_handle,
-        info.metadata,
-    )

@@ -1,4 +1,13 @@
-"""Submitting receiver jobs to Spark: executors alive, and RDDs with preferred locations.
+"""Running receivers as Spark jobs: :class:`ReceiverLauncher` and its RDD helpers.
+
+Each receiver runs as a one-partition, one-task Spark job that prefers the
+executors the tracker chose, submitted from a driver thread of its own under its
+own job group (so that stopping can cancel it), as Spark's ReceiverTracker does.
+When the job ends (the receiver stopped, failed, or its executor was lost) the
+launcher tells the tracker, waits ``receiver_restart_delay_ms`` and submits it
+again where the tracker says, until the launcher stops. A launcher thread that
+dies for any other reason (a py4j error, say) fails the context through
+``on_fatal`` instead of leaving the receiver silently gone.
 
 PySpark's ``parallelize`` cannot carry preferred locations, so a receiver's
 one-partition RDD is made on the JVM with ``SparkContext.makeRDD(seq of
@@ -11,14 +20,21 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+import threading
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, TaskLocation
+from spark_receivers.errors import ReceiverError
+from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function
+from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
+
+    from spark_receivers.driver.receiver_tracker import ReceiverJobs
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +126,151 @@ def receiver_rdd(sc: SparkContext, stream_id: int, locations: Sequence[TaskLocat
     )
     jrdd = sc._jsc.sc().makeRDD(scala_seq([element]), class_tag)  # type: ignore[union-attr]
     return RDD(jrdd.toJavaRDD(), sc, CPickleSerializer())
+
+
+class ReceiverLauncher:
+    """Submits every receiver's job and relaunches it until :meth:`stop`; see the module doc.
+
+    ``specs`` holds each stream's task spec (the receiver, the tracker's address,
+    the secret, the config it runs with). ``on_fatal(error)`` is called when a
+    launcher thread dies of something other than its job ending.
+    """
+
+    def __init__(
+        self,
+        sc: SparkContext,
+        specs: Mapping[int, ReceiverTaskSpec],
+        restart_delay_ms: int,
+        on_fatal: Callable[[BaseException], None],
+        clock: Clock | None = None,
+    ) -> None:
+        self._sc = sc
+        self._specs = dict(specs)
+        self._restart_delay_ms = restart_delay_ms
+        self._on_fatal = on_fatal
+        self._clock = clock or SystemClock()
+        self._app_id = sc.applicationId
+        self._threads: dict[int, threading.Thread] = {}
+        self._stopping = threading.Event()
+
+    def wait_for_executors(self, timeout_s: float = 60.0) -> list[ExecutorCacheTaskLocation]:
+        """Make sure the executors registered before the first placement."""
+        return wait_for_executors(self._sc, timeout_s)
+
+    def alive_executors(self) -> list[ExecutorCacheTaskLocation]:
+        """The executors alive now (the driver itself in local mode)."""
+        return alive_executors(self._sc)
+
+    def job_group(self, stream_id: int) -> str:
+        """The Spark job group of a receiver's jobs."""
+        return f"spark-receivers-{self._app_id}-receiver-{stream_id}"
+
+    def launch(self, stream_id: int, jobs: ReceiverJobs) -> None:
+        """Start the thread that runs the receiver's job, again after each end."""
+        thread = threading.Thread(
+            target=self._run,
+            args=(stream_id, jobs),
+            name=f"receiver-launcher-{stream_id}",
+            daemon=True,
+        )
+        self._threads[stream_id] = thread
+        thread.start()
+
+    def stop(self, timeout_s: float | None) -> None:
+        """Stop relaunching; wait for the jobs to end, cancel those that do not.
+
+        Each job gets ``timeout_s`` (None: no bound) to end by itself (its
+        receiver was told to stop and release), then its job group is cancelled.
+        """
+        self._stopping.set()
+        wake = getattr(self._clock, "wake_all", None)
+        if wake is not None:
+            wake()
+        for stream_id, thread in self._threads.items():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.warning("receiver %d did not stop in time; cancelling its job", stream_id)
+                self._sc.cancelJobGroup(self.job_group(stream_id))
+        for stream_id, thread in self._threads.items():
+            thread.join(30)
+            if thread.is_alive():
+                log.warning("receiver %d: its launcher thread is still running", stream_id)
+
+    def _run(self, stream_id: int, jobs: ReceiverJobs) -> None:
+        try:
+            self._keep_launching(stream_id, jobs)
+        except BaseException as e:
+            if self._stopping.is_set():
+                log.info("launcher of receiver %d ended while stopping: %s", stream_id, e)
+                return
+            log.exception("the launcher of receiver %d died", stream_id)
+            msg = f"the launcher of receiver {stream_id} died: {e}"
+            error = ReceiverError(msg)
+            error.__cause__ = e
+            self._on_fatal(error)
+
+    def _keep_launching(self, stream_id: int, jobs: ReceiverJobs) -> None:
+        spec = self._specs[stream_id]
+        task = make_task_function(spec)
+        name = spec.receiver.name
+        while not self._stopping.is_set():
+            locations = jobs.job_starting(stream_id)
+            if locations is None:
+                return
+            failure, detail = self._run_job(stream_id, name, locations, task)
+            if self._stopping.is_set():
+                return
+            jobs.job_ended(stream_id, failure, detail)
+            due = self._clock.get_time_ms() + self._restart_delay_ms
+            self._clock.wait_till_time(due, self._stopping)
+            if self._stopping.is_set() or jobs.restart_receiver(stream_id) is None:
+                return
+
+    def _run_job(
+        self, stream_id: int, name: str, locations: Sequence[TaskLocation], task: Any
+    ) -> tuple[str, str]:
+        """Run one job of the receiver: ``('', '')`` when it ended, else why (one line, all)."""
+        sc = self._sc
+        sc.setJobGroup(
+            self.job_group(stream_id),
+            f"Streaming job running receiver {stream_id} ({name})",
+            interruptOnCancel=True,
+        )
+        try:
+            receiver_rdd(sc, stream_id, locations).mapPartitions(task).collect()
+        except Exception as e:  # noqa: BLE001 - any job failure means: restart the receiver
+            return summarize_failure(e), "".join(traceback.format_exception(e)).strip()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        return "", ""
+
+
+def summarize_failure(error: BaseException, limit: int = 300) -> str:
+    """One line saying why a job failed: the first line of its text that says something.
+
+    py4j's errors start with ``An error occurred while calling o57.collect.``; the
+    line after it (``Job aborted due to stage failure: ...``) is the one to show.
+    """
+    for line in str(error).splitlines():
+        line = line.strip().removeprefix(": ").strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return line[:limit]
+    return type(error).__name__
+
+
+def task_specs(
+    receivers: Sequence[Any],
+    tracker_address: str,
+    secret: str,
+    config: dict[str, Any],
+    overrides: Mapping[int, dict[str, Any]] | None = None,
+) -> dict[int, ReceiverTaskSpec]:
+    """The task spec of each receiver (``overrides``: config changes per stream id)."""
+    overrides = overrides or {}
+    return {
+        r.stream_id: ReceiverTaskSpec(
+            r, r.stream_id, tracker_address, secret, {**config, **overrides.get(r.stream_id, {})}
+        )
+        for r in receivers
+    }

@@ -1,44 +1,46 @@
-"""The driver's receiver tracker: places receivers, launches them as Spark jobs, answers them.
+"""The driver's receiver tracker: receiver states, registration, the RPC handler.
 
-Spark's ReceiverTracker. Its endpoint (Arrow Flight, authenticated) answers the
-remote messages of :mod:`spark_receivers.rpc.messages` — ``RegisterReceiver``,
-``AddBlock``, ``ReportError``, ``DeregisterReceiver``, and the offset messages of
-Structured Streaming readers (``DescribeStream``, ``StreamOffsets``,
-``AllocateOffsets``, ``GetOffsetRange``, ``CommitOffsets``) — on gRPC threads; the
-driver-local commands of :mod:`spark_receivers.driver.tracker_commands` run
-through :meth:`ReceiverTracker.run`.
+Spark's ReceiverTracker and its endpoint, without Spark inside: it is built from
+plain parts (the receivers, a :class:`ReceivedBlockTracker`, a
+:class:`Launcher` that runs receiver jobs, a :class:`ReceiverOutbox` that talks
+to the receivers' supervisors) and unit-tested with a fake launcher and
+``ManualClock``. :class:`~spark_receivers.driver.receiver_launcher.ReceiverLauncher`
+is the launcher that submits Spark jobs.
 
-Each receiver runs as a one-partition, one-task Spark job that prefers the
-executors the :class:`ReceiverSchedulingPolicy` chose, submitted from a driver
-thread under its own job group; a registration from any other executor is
-refused. When the job ends (the receiver stopped, failed, or its executor was
-lost) it is relaunched after ``receiver_restart_delay_ms``, on its old executors
-if they are alive, else rescheduled — until the tracker stops.
+:meth:`ReceiverTracker.handle` answers the remote messages of receivers
+(``RegisterReceiver``, ``AddBlock``, ``ReportError``, ``DeregisterReceiver``) on
+gRPC threads; the driver-local commands of
+:mod:`spark_receivers.driver.tracker_commands` run through
+:meth:`ReceiverTracker.run`. Placement follows the
+:class:`ReceiverSchedulingPolicy`: a registration from an executor the receiver
+was not scheduled on is refused; a receiver whose job ended is relaunched on its
+old executors if they are alive, else rescheduled.
 
-States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` → ``STOPPED``.
+**No network call under the lock.** One lock guards the receivers' states; it
+is held only for bookkeeping. Messages to receivers are snapshotted under it and
+handed to the outbox, which sends them on threads of its own; calls to the
+launcher (which may ask the JVM which executors are alive) happen outside it.
+So a receiver that never answers delays nothing but its own messages.
+
+States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` (receivers told to stop;
+registrations refused) → ``STOPPED``.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import enum
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver import tracker_commands as cmd
-from spark_receivers.driver.block_events import info_to_dict
 from spark_receivers.driver.listener import ListenerBus, ReceiverInfo
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_launcher import (
-    alive_executors,
-    receiver_rdd,
-    wait_for_executors,
-)
+from spark_receivers.driver.receiver_outbox import ReceiverOutbox
 from spark_receivers.driver.scheduling_policy import (
     ExecutorCacheTaskLocation,
     ReceiverSchedulingPolicy,
@@ -46,21 +48,15 @@ from spark_receivers.driver.scheduling_policy import (
     ReceiverTrackingInfo,
     TaskLocation,
 )
-from spark_receivers.errors import OffsetError, RpcError, StateError, WriteAheadLogError
+from spark_receivers.driver.status import ReceiverStatus
+from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
-from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
-from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function
 from spark_receivers.util.clock import Clock, SystemClock
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReceiverState", "ReceiverTracker", "TrackerState"]
-
-OFFSET_STREAM_DRAIN_S = 0.5
+__all__ = ["Launcher", "ReceiverJobs", "ReceiverState", "ReceiverTracker", "TrackerState"]
 
 
 class TrackerState(enum.Enum):
@@ -72,58 +68,85 @@ class TrackerState(enum.Enum):
     STOPPED = 3
 
 
+class ReceiverJobs(Protocol):
+    """What a launcher asks of the tracker around each job it runs for a receiver."""
+
+    def job_starting(self, stream_id: int) -> Sequence[TaskLocation] | None:
+        """Count a launch; return where the job should run (None: do not launch)."""
+        ...
+
+    def job_ended(self, stream_id: int, failure: str, detail: str = "") -> None:
+        """The job ended (``failure``: '' or one line; ``detail``: its full traceback)."""
+        ...
+
+    def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
+        """Reschedule after a job ended; None when the tracker is stopping."""
+        ...
+
+
+class Launcher(Protocol):
+    """Runs receiver jobs; on Spark, a ``driver/receiver_launcher.ReceiverLauncher``."""
+
+    def alive_executors(self) -> list[ExecutorCacheTaskLocation]:
+        """The executors alive now."""
+        ...
+
+    def launch(self, stream_id: int, jobs: ReceiverJobs) -> None:
+        """Start running the receiver's job, again each time it ends, until stopped."""
+        ...
+
+
 @dataclasses.dataclass
 class _Receiver:
     receiver: Receiver
     info: ReceiverTrackingInfo
     host: str | None = None
-    client: EndpointClient | None = None
     error: str = ""
     records: int = 0
     blocks: int = 0
     jobs: int = 0
+    rate_limit: float | None = None
 
 
 class ReceiverTracker:
-    """Places, launches, watches and stops the receivers; see the module doc.
+    """Places, watches and stops the receivers; see the module doc. Thread-safe.
 
-    Thread-safe: endpoint handlers run on gRPC threads, launchers on their own
-    threads, commands on the caller's; all share one lock.
+    ``check_wal_handle(info)`` vets the write-ahead log handle of a block from the
+    network (raises :class:`RpcError` when it points outside the receiver WAL);
+    None refuses every handle (no receiver WAL).
     """
 
     def __init__(
         self,
-        spark: SparkSession,
         receivers: Sequence[Receiver],
         block_tracker: ReceivedBlockTracker,
         config: StreamingConfig,
-        secret: str,
-        host: str,
         bus: ListenerBus,
+        launcher: Launcher,
+        outbox: ReceiverOutbox,
         clock: Clock | None = None,
         policy: ReceiverSchedulingPolicy | None = None,
+        check_wal_handle: Callable[[m.ReceivedBlockInfo], None] | None = None,
     ) -> None:
-        self._spark = spark
-        self._sc = spark.sparkContext
         self._block_tracker = block_tracker
         self._config = config
-        self._secret = secret
-        self._host = host
         self._bus = bus
+        self._launcher = launcher
+        self._outbox = outbox
         self._clock = clock or SystemClock()
         self._policy = policy or ReceiverSchedulingPolicy()
-        self._lock = threading.RLock()
+        self._check_wal_handle = check_wal_handle
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._receivers = {
             r.stream_id: _Receiver(
                 r, ReceiverTrackingInfo(r.stream_id, ReceiverState.INACTIVE, None, None, r.name)
             )
             for r in receivers
         }
+        self._endpoints: set[str] = set()
+        """Every supervisor endpoint that registered: they may still serve blocks."""
         self._state = TrackerState.INITIALIZED
-        self._endpoint: FlightEndpoint | None = None
-        self._launchers: dict[int, threading.Thread] = {}
-        self._stopping = threading.Event()
-        self.app_id = self._sc.applicationId
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -132,218 +155,205 @@ class ReceiverTracker:
         """The tracker's lifecycle state."""
         return self._state
 
-    @property
-    def address(self) -> str:
-        """``host:port`` of the tracker endpoint."""
-        if self._endpoint is None:
-            msg = "the receiver tracker is not started"
-            raise StateError(msg)
-        return self._endpoint.address
-
     def start(self) -> None:
-        """Start the endpoint, wait for executors, then place and launch every receiver."""
+        """Place every receiver and launch its job."""
         with self._lock:
             if self._state is not TrackerState.INITIALIZED:
                 msg = f"cannot start the receiver tracker in state {self._state.name}"
                 raise StateError(msg)
-            self._endpoint = FlightEndpoint(
-                "receiver-tracker",
-                self._host,
-                self._secret,
-                m.TRACKER_MESSAGES,
-                self._handle,
-                max_message_bytes=self._config.max_message_bytes,
-            )
             self._state = TrackerState.STARTED
-        if self._receivers:
-            wait_for_executors(self._sc)
-            self.run(cmd.StartAllReceivers())
+        if not self._receivers:
+            return
+        executors = self._launcher.alive_executors()
+        placement = self._policy.schedule_receivers(
+            [r.receiver for r in self._receivers.values()], executors
+        )
+        log.info(
+            "scheduled receivers %s on executors %s",
+            {s: [str(loc) for loc in locs] for s, locs in placement.items()},
+            [str(e) for e in executors],
+        )
+        with self._lock:
+            for sid, locations in placement.items():
+                self._schedule(self._receivers[sid], locations)
+        for sid in placement:
+            self._launcher.launch(sid, self)
 
-    def stop(self, graceful: bool) -> None:
-        """Stop every receiver, wait for them, cancel what is left, close the endpoint.
+    def stop_receivers(self) -> None:
+        """Refuse registrations from now on and tell every running receiver to stop.
 
-        Receivers get ``StopReceiver``; they deregister, push their last blocks
-        and keep serving them until batches read them, then their jobs end. The
-        wait is unbounded when ``graceful``, else ``receiver_stop_timeout_s``;
-        then the receivers' job groups are cancelled, so nothing keeps running.
+        Receivers stop receiving, push their last blocks, deregister and then keep
+        serving their blocks until :meth:`release_receivers`.
         """
         with self._lock:
-            if self._state in (TrackerState.STOPPING, TrackerState.STOPPED):
-                return
             if self._state is TrackerState.INITIALIZED:
                 self._state = TrackerState.STOPPED
                 return
+            if self._state is not TrackerState.STARTED:
+                return
             self._state = TrackerState.STOPPING
-        self._stopping.set()
-        self.run(cmd.StopAllReceivers())
-        timeout = None if graceful else self._config.receiver_stop_timeout_s
-        for stream_id, thread in self._launchers.items():
-            thread.join(timeout)
-            if thread.is_alive():
-                log.warning("receiver %d did not stop in time; cancelling its job", stream_id)
-                self._sc.cancelJobGroup(self._job_group(stream_id))
-        for thread in self._launchers.values():
-            thread.join(30)
+            endpoints = self._active_endpoints()
+        for endpoint in endpoints:
+            self._outbox.send(endpoint, m.StopReceiver())
+
+    def wait_receivers_stopped(self, timeout_s: float | None) -> bool:
+        """Wait until no receiver is ACTIVE (they deregistered); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: all(
+                    r.info.state is not ReceiverState.ACTIVE for r in self._receivers.values()
+                ),
+                timeout_s,
+            )
+
+    def release_receivers(self) -> None:
+        """Tell every supervisor that ever registered that no batch will read its blocks."""
+        with self._lock:
+            endpoints = sorted(self._endpoints)
+        for endpoint in endpoints:
+            self._outbox.send(endpoint, m.ReleaseReceiver())
+
+    def stop(self) -> None:
+        """The final state: nothing is answered any more; idempotent."""
         with self._lock:
             still_active = [
                 s for s, r in self._receivers.items() if r.info.state is ReceiverState.ACTIVE
             ]
-            if still_active:
-                log.warning(
-                    "receivers %s did not deregister before the tracker stopped", still_active
-                )
-            for r in self._receivers.values():
-                if r.client is not None:
-                    r.client.close()
-                    r.client = None
             self._state = TrackerState.STOPPED
-        if self._endpoint is not None:
-            self._endpoint.close()
+            self._changed.notify_all()
+        if still_active:
+            log.warning("receivers %s did not deregister before the tracker stopped", still_active)
 
     # --- local commands -------------------------------------------------------
 
     def run(self, command: cmd.TrackerCommand) -> Any:
-        """Run a driver-local command (one at a time) and return its result."""
-        with self._lock:
-            match command:
-                case cmd.StartAllReceivers():
-                    return self._start_all()
-                case cmd.RestartReceiver(stream_id=sid):
-                    return self._restart(sid)
-                case cmd.StopAllReceivers():
-                    return self._send_all(m.StopReceiver())
-                case cmd.AllReceiverIds():
+        """Run a driver-local command and return its result (sends happen off the lock)."""
+        match command:
+            case cmd.StopAllReceivers():
+                return self.stop_receivers()
+            case cmd.ReleaseAllReceivers():
+                return self.release_receivers()
+            case cmd.UpdateReceiverRateLimit(stream_id=sid, rate=rate):
+                return self.update_rate_limit(sid, rate)
+            case cmd.CleanupOldBlocks(threshold_ms=threshold):
+                return self.cleanup_old_blocks(threshold)
+            case cmd.RemoveBlocks(blocks=blocks):
+                return self.remove_blocks(blocks)
+            case cmd.AllReceiverIds():
+                with self._lock:
                     return [
                         s
                         for s, r in self._receivers.items()
                         if r.info.state is not ReceiverState.INACTIVE
                     ]
-                case cmd.GetAllReceiverInfo():
-                    return {s: r.info for s, r in self._receivers.items()}
-                case cmd.UpdateReceiverRateLimit(stream_id=sid, rate=rate):
-                    return self.send(sid, m.UpdateRateLimit(float(rate)))
-                case cmd.CleanupOldBlocks(threshold_ms=threshold):
-                    return self._send_all(m.CleanupOldBlocks(threshold))
+            case cmd.GetAllReceiverInfo():
+                return self.tracking_infos()
         msg = f"unknown tracker command {command!r}"
         raise StateError(msg)
 
-    def _start_all(self) -> None:
-        executors = alive_executors(self._sc)
-        placement = self._policy.schedule_receivers(
-            [r.receiver for r in self._receivers.values()], executors
-        )
-        log.info(
-            "scheduled receivers %s on executors %s", _show(placement), [str(e) for e in executors]
-        )
-        for sid, locations in placement.items():
-            self._schedule(sid, locations)
-            self._launch(sid)
+    def update_rate_limit(self, stream_id: int, rate: float) -> None:
+        """Send ``UpdateRateLimit`` to the receiver of ``stream_id`` if it runs."""
+        with self._lock:
+            r = self._receivers[stream_id]
+            r.rate_limit = float(rate)
+            endpoint = r.info.endpoint if r.info.state is ReceiverState.ACTIVE else None
+        if endpoint is not None:
+            self._outbox.send(endpoint, m.UpdateRateLimit(float(rate)))
 
-    def _schedule(self, stream_id: int, locations: Sequence[TaskLocation]) -> None:
-        r = self._receivers[stream_id]
-        state = ReceiverState.SCHEDULED if locations else ReceiverState.INACTIVE
-        r.info = dataclasses.replace(
-            r.info, state=state, scheduled_locations=tuple(locations) or None, running_executor=None
-        )
+    def cleanup_old_blocks(self, threshold_ms: int) -> None:
+        """Tell every running receiver to drop WAL segments older than ``threshold_ms``."""
+        with self._lock:
+            endpoints = self._active_endpoints()
+        for endpoint in endpoints:
+            self._outbox.send(endpoint, m.CleanupOldBlocks(threshold_ms))
 
-    def _restart(self, stream_id: int) -> list[TaskLocation]:
-        r = self._receivers[stream_id]
-        executors = alive_executors(self._sc)
-        old = [
-            loc
-            for loc in r.info.scheduled_locations or ()
-            if not isinstance(loc, ExecutorCacheTaskLocation) or loc in executors
-        ]
-        if old:
-            locations = old
-        else:
-            # Not weighing against itself: INACTIVE with no locations, then reschedule.
-            r.info = dataclasses.replace(
-                r.info,
-                state=ReceiverState.INACTIVE,
-                scheduled_locations=None,
-                running_executor=None,
-            )
-            infos = {s: x.info for s, x in self._receivers.items()}
-            locations = self._policy.reschedule_receiver(
-                stream_id, r.receiver.preferred_location, infos, executors
-            )
-        self._schedule(stream_id, locations)
-        log.info("restarting receiver %d on %s", stream_id, [str(loc) for loc in locations])
-        return locations
+    def remove_blocks(self, blocks: Sequence[m.ReceivedBlockInfo]) -> None:
+        """Tell the block stores holding these blocks to drop them (never blocks)."""
+        by_endpoint: dict[str, list[str]] = defaultdict(list)
+        for b in blocks:
+            if b.store_endpoint:
+                by_endpoint[b.store_endpoint].append(b.block_id)
+        for endpoint, names in by_endpoint.items():
+            self._outbox.send(endpoint, m.RemoveBlocks(tuple(names)))
 
-    # --- launching ----------------------------------------------------------
+    # --- what the launcher asks (ReceiverJobs) -----------------------------------
 
-    def _job_group(self, stream_id: int) -> str:
-        return f"spark-receivers-{self.app_id}-receiver-{stream_id}"
+    def job_starting(self, stream_id: int) -> Sequence[TaskLocation] | None:
+        """Count a launch of the receiver's job; where to run it (None: do not)."""
+        with self._lock:
+            if self._state is not TrackerState.STARTED:
+                return None
+            r = self._receivers[stream_id]
+            r.jobs += 1
+            return list(r.info.scheduled_locations or ())
 
-    def _launch(self, stream_id: int) -> None:
-        thread = threading.Thread(
-            target=self._run_receiver_job,
-            args=(stream_id,),
-            name=f"receiver-launcher-{stream_id}",
-            daemon=True,
-        )
-        self._launchers[stream_id] = thread
-        thread.start()
+    def job_ended(self, stream_id: int, failure: str, detail: str = "") -> None:
+        """Bookkeeping when a receiver's job ended; an error unless it deregistered first.
 
-    def _run_receiver_job(self, stream_id: int) -> None:
-        r = self._receivers[stream_id]
-        config = self._config.as_dict()
-        if self._block_tracker.is_offset_stream(stream_id) and self._config.receiver_wal_enabled:
-            # A structured stream's blocks are read whenever a query gets to them, from
-            # the WAL once the receiver is gone: nothing to keep serving after a stop.
-            config["receiver_drain_timeout_s"] = OFFSET_STREAM_DRAIN_S
-        spec = ReceiverTaskSpec(r.receiver, stream_id, self.address, self._secret, config)
-        task = make_task_function(spec)
-        while not self._stopping.is_set():
-            with self._lock:
-                locations = list(r.info.scheduled_locations or ())
-                r.jobs += 1
-            self._sc.setJobGroup(
-                self._job_group(stream_id),
-                f"Streaming job running receiver {stream_id} ({r.receiver.name})",
-                interruptOnCancel=True,
-            )
-            failure = ""
-            try:
-                receiver_rdd(self._sc, stream_id, locations).mapPartitions(task).collect()  # type: ignore[arg-type]
-            except Exception as e:  # noqa: BLE001 - any job failure means: restart the receiver
-                failure = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            finally:
-                self._sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-                self._sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
-            if self._stopping.is_set():
-                break
-            self._job_ended(stream_id, failure)
-            if self._stopping.wait(self._config.receiver_restart_delay_ms / 1000.0):
-                break
-            self.run(cmd.RestartReceiver(stream_id))
-
-    def _job_ended(self, stream_id: int, failure: str) -> None:
+        ``failure`` is '' for a job that ended, else one line saying why it failed;
+        ``detail`` the whole error with its traceback (kept as ``last_error``).
+        """
         with self._lock:
             r = self._receivers[stream_id]
             vanished = r.info.state is ReceiverState.ACTIVE
+            executor = r.info.running_executor
+            if vanished or failure:
+                r.info = dataclasses.replace(
+                    r.info, state=ReceiverState.INACTIVE, running_executor=None
+                )
+                self._changed.notify_all()
         if vanished or failure:
             # The receiver did not deregister: its task or executor died.
             message = (
                 "receiver job failed" if failure else "receiver task ended without deregistering"
             )
-            executor = r.info.running_executor
             where = f" on executor {executor.executor_id}" if executor else ""
-            self._record_error(stream_id, f"{message}{where}; restarting it", failure)
-            with self._lock:
+            why = f": {failure}" if failure else ""
+            self._record_error(stream_id, f"{message}{where}{why}", detail or failure)
+        log.info("receiver %d job ended%s", stream_id, ": failed" if failure else "")
+
+    def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
+        """Where a receiver whose job ended runs next: its old executors if alive, else new ones."""
+        if self._state is not TrackerState.STARTED:
+            return None
+        executors = self._launcher.alive_executors()
+        with self._lock:
+            if self._state is not TrackerState.STARTED:
+                return None
+            r = self._receivers[stream_id]
+            old = [
+                loc
+                for loc in r.info.scheduled_locations or ()
+                if not isinstance(loc, ExecutorCacheTaskLocation) or loc in executors
+            ]
+            if old:
+                locations: Sequence[TaskLocation] = old
+            else:
+                # Not weighing against itself: INACTIVE with no locations, then reschedule.
                 r.info = dataclasses.replace(
-                    r.info, state=ReceiverState.INACTIVE, running_executor=None
+                    r.info,
+                    state=ReceiverState.INACTIVE,
+                    scheduled_locations=None,
+                    running_executor=None,
                 )
-                if r.client is not None:
-                    r.client.close()
-                    r.client = None
-        log.info("receiver %d job ended%s", stream_id, f": {failure}" if failure else "")
+                infos = {s: x.info for s, x in self._receivers.items()}
+                locations = self._policy.reschedule_receiver(
+                    stream_id, r.receiver.preferred_location, infos, executors
+                )
+            self._schedule(r, locations)
+        log.info("restarting receiver %d on %s", stream_id, [str(loc) for loc in locations])
+        return locations
 
-    # --- endpoint -------------------------------------------------------------
+    def _schedule(self, r: _Receiver, locations: Sequence[TaskLocation]) -> None:
+        state = ReceiverState.SCHEDULED if locations else ReceiverState.INACTIVE
+        r.info = dataclasses.replace(
+            r.info, state=state, scheduled_locations=tuple(locations) or None, running_executor=None
+        )
 
-    def _handle(self, message: m.TrackerMessage) -> Any:
+    # --- the endpoint (gRPC threads) ------------------------------------------------
+
+    def handle(self, message: m.TrackerMessage) -> Any:
+        """Answer one remote message from a receiver; :class:`RpcError` when refused."""
         if self._state is TrackerState.STOPPED:
             msg = "ReceiverTracker RpcEndpoint shut down."
             raise RpcError(msg)
@@ -353,93 +363,23 @@ class ReceiverTracker:
             case m.RegisterReceiver():
                 return self._register(message)
             case m.DeregisterReceiver(stream_id=sid, message=text, error=error):
-                self._known(sid)
-                with self._lock:
-                    r = self._receivers[sid]
-                    r.info = dataclasses.replace(
-                        r.info, state=ReceiverState.INACTIVE, running_executor=None
-                    )
-                    if error:
-                        r.info = dataclasses.replace(
-                            r.info, error_message=text, error_time_ms=self._clock.get_time_ms()
-                        )
-                        r.error = error
-                    stopped = self._receiver_info(sid)
-                log.info("receiver %d deregistered: %s", sid, text)
-                self._bus.post("on_receiver_stopped", stopped)
-                return True
+                return self._deregister(sid, text, error)
             case m.ReportError(stream_id=sid, message=text, error=error):
                 self._known(sid)
                 self._record_error(sid, text, error)
                 return None
-            case m.DescribeStream() | m.StreamOffsets() | m.AllocateOffsets():
-                return self._offsets(message)
-            case m.GetOffsetRange() | m.CommitOffsets():
-                return self._offsets(message)
         msg = f"unexpected message {message!r:.100}"
         raise RpcError(msg)
 
-    def _offsets(self, message: m.TrackerMessage) -> Any:
-        """Answer a Structured Streaming reader (see ``spark/stream_source.py``)."""
-        if isinstance(message, m.DescribeStream):
-            return self._describe(message.stream)
-        sid = message.stream_id  # type: ignore[union-attr]
-        self._known(sid)
-        try:
-            match message:
-                case m.StreamOffsets():
-                    return self._block_tracker.offset_status(sid)
-                case m.AllocateOffsets(start=start, max_records=limit):
-                    _non_negative(start=start)
-                    return self._block_tracker.allocate_offsets(sid, start, limit)
-                case m.GetOffsetRange(start=start, end=end):
-                    _non_negative(start=start, end=end)
-                    return [
-                        [info_to_dict(b), first, rows]
-                        for b, first, rows in self._block_tracker.offset_range(sid, start, end)
-                    ]
-                case m.CommitOffsets(end=end):
-                    _non_negative(end=end)
-                    done = self._block_tracker.commit_offsets(sid, end)
-                    if done:
-                        threading.Thread(
-                            target=self.remove_blocks, args=(done,), daemon=True
-                        ).start()
-                    return True
-        except OffsetError as e:
-            raise RpcError(str(e)) from None
-        msg = f"unexpected message {message!r:.100}"
-        raise RpcError(msg)
-
-    def _describe(self, stream: str) -> dict[str, Any]:
-        with self._lock:
-            found = [
-                r.receiver
-                for sid, r in self._receivers.items()
-                if stream in (str(sid), r.receiver.name)
-            ]
-            names = sorted(f"{sid} ({r.receiver.name})" for sid, r in self._receivers.items())
-        if not found:
-            msg = f"no stream {stream[:100]!r}: this application has streams {names}"
-            raise RpcError(msg)
-        receiver = found[0]
-        if not self._block_tracker.is_offset_stream(receiver.stream_id):
-            msg = (
-                f"stream {receiver.stream_id} ({receiver.name}) feeds DStream batches; "
-                "create it with StreamingContext.structured_stream(receiver) to read it "
-                "from Structured Streaming"
-            )
-            raise RpcError(msg)
-        schema = base64.b64encode(receiver.schema.serialize().to_pybytes()).decode()
-        return {"stream_id": receiver.stream_id, "name": receiver.name, "schema": schema}
-
-    def _known(self, stream_id: int) -> None:
-        if stream_id not in self._receivers:
+    def _known(self, stream_id: int) -> _Receiver:
+        r = self._receivers.get(stream_id)
+        if r is None:
             msg = f"unknown stream id {stream_id}; known: {sorted(self._receivers)}"
             raise RpcError(msg)
+        return r
 
     def _add_block(self, info: m.ReceivedBlockInfo) -> bool:
-        self._known(info.stream_id)
+        r = self._known(info.stream_id)
         block_id = m.StreamBlockId.parse(info.block_id)
         if block_id.stream_id != info.stream_id:
             msg = f"block {info.block_id} does not belong to stream {info.stream_id}"
@@ -448,50 +388,32 @@ class ReceiverTracker:
             msg = f"block {info.block_id} has a negative record count or size"
             raise RpcError(msg)
         if info.wal_handle is not None:
+            if self._check_wal_handle is None:
+                msg = f"block {info.block_id} has a WAL handle but the receiver WAL is not enabled"
+                raise RpcError(msg)
             self._check_wal_handle(info)
         ok = self._block_tracker.add_block(info)
         if ok:
             with self._lock:
-                r = self._receivers[info.stream_id]
                 r.records += info.num_records
                 r.blocks += 1
         return ok
 
-    def _check_wal_handle(self, info: m.ReceivedBlockInfo) -> None:
-        """Refuse a WAL handle outside ``<checkpoint_dir>/receivedData/<stream id>``.
-
-        Batch readers open the file a handle names: one from the network must not
-        point anywhere else (``..``, another stream, another directory).
-        """
-        from spark_receivers.receiver.block_handler import received_data_dir, resolve_checkpoint
-        from spark_receivers.wal.base import RecordHandle, confine_handle
-
-        cfg = self._config
-        if not (cfg.receiver_wal_enabled and cfg.checkpoint_dir):
-            msg = f"block {info.block_id} has a WAL handle but the receiver WAL is not enabled"
-            raise RpcError(msg)
-        try:
-            handle = RecordHandle.from_dict(info.wal_handle or {})
-            _, root = resolve_checkpoint(received_data_dir(cfg.checkpoint_dir, info.stream_id))
-            confine_handle(handle, root)
-        except WriteAheadLogError as e:
-            msg = f"block {info.block_id} has a bad WAL handle: {e}"
-            raise RpcError(msg) from None
-
     def _register(self, msg_: m.RegisterReceiver) -> bool:
-        self._known(msg_.stream_id)
+        r = self._known(msg_.stream_id)
+        with self._lock:
+            allowed: Sequence[TaskLocation] | None = r.info.scheduled_locations
+        executors = None if allowed else self._launcher.alive_executors()
         with self._lock:
             if self._state is not TrackerState.STARTED:
                 log.info(
                     "refusing receiver %d: the tracker is %s", msg_.stream_id, self._state.name
                 )
                 return False
-            r = self._receivers[msg_.stream_id]
-            allowed: Sequence[TaskLocation] | None = r.info.scheduled_locations
             if not allowed:
                 infos = {s: x.info for s, x in self._receivers.items()}
                 allowed = self._policy.reschedule_receiver(
-                    msg_.stream_id, r.receiver.preferred_location, infos, alive_executors(self._sc)
+                    msg_.stream_id, r.receiver.preferred_location, infos, executors or []
                 )
             if not any(_accepts(loc, msg_.host, msg_.executor_id) for loc in allowed):
                 log.warning(
@@ -502,8 +424,6 @@ class ReceiverTracker:
                     [str(loc) for loc in allowed],
                 )
                 return False
-            if r.client is not None:
-                r.client.close()
             r.info = dataclasses.replace(
                 r.info,
                 state=ReceiverState.ACTIVE,
@@ -511,15 +431,37 @@ class ReceiverTracker:
                 endpoint=msg_.endpoint,
             )
             r.host = msg_.host
-            r.client = EndpointClient(msg_.endpoint, self._secret, timeout_s=30)
-            started = self._receiver_info(msg_.stream_id)
+            self._endpoints.add(msg_.endpoint)
+            rate = r.rate_limit
+            started = self._receiver_info(r)
+            self._changed.notify_all()
         log.info(
             "registered receiver %d at %s on executor %s",
             msg_.stream_id,
             msg_.endpoint,
             msg_.executor_id,
         )
+        if rate is not None:
+            # A relaunched receiver starts at the rate backpressure last published.
+            self._outbox.send(msg_.endpoint, m.UpdateRateLimit(rate))
         self._bus.post("on_receiver_started", started)
+        return True
+
+    def _deregister(self, stream_id: int, text: str, error: str) -> bool:
+        r = self._known(stream_id)
+        with self._lock:
+            r.info = dataclasses.replace(
+                r.info, state=ReceiverState.INACTIVE, running_executor=None
+            )
+            if error:
+                r.info = dataclasses.replace(
+                    r.info, error_message=text, error_time_ms=self._clock.get_time_ms()
+                )
+                r.error = error
+            stopped = self._receiver_info(r)
+            self._changed.notify_all()
+        log.info("receiver %d deregistered: %s", stream_id, text)
+        self._bus.post("on_receiver_stopped", stopped)
         return True
 
     def _record_error(self, stream_id: int, message: str, error: str) -> None:
@@ -529,62 +471,26 @@ class ReceiverTracker:
                 r.info, error_message=message, error_time_ms=self._clock.get_time_ms()
             )
             r.error = error
-            info = self._receiver_info(stream_id)
+            info = self._receiver_info(r)
         log.warning("receiver %d: %s", stream_id, message)
+        if error:
+            log.info("receiver %d error detail:\n%s", stream_id, error)
         self._bus.post("on_receiver_error", info)
 
-    # --- talking to receivers ------------------------------------------------
-
-    def _send_all(self, message: Any) -> dict[int, Any]:
-        return {stream_id: self.send(stream_id, message) for stream_id in list(self._receivers)}
-
-    def send(self, stream_id: int, message: Any) -> Any:
-        """Send a message to a receiver's supervisor; None (logged) if it cannot be reached."""
-        with self._lock:
-            client = self._receivers[stream_id].client
-        if client is None:
-            return None
-        try:
-            return client.call(message)
-        except RpcError as e:
-            log.info("could not send %s to receiver %d: %s", type(message).__name__, stream_id, e)
-            return None
-
-    def remove_blocks(self, blocks: Sequence[m.ReceivedBlockInfo]) -> None:
-        """Tell the receivers holding these blocks to drop them."""
-        by_endpoint: dict[str, list[str]] = defaultdict(list)
-        for b in blocks:
-            if b.store_endpoint:
-                by_endpoint[b.store_endpoint].append(b.block_id)
-        for endpoint, names in by_endpoint.items():
-            with self._lock:
-                client = next(
-                    (x.client for x in self._receivers.values() if x.info.endpoint == endpoint),
-                    None,
-                )
-            owned = client is None
-            if client is None:
-                # The receiver restarted elsewhere; its old task may still serve these blocks.
-                client = EndpointClient(endpoint, self._secret, timeout_s=10)
-            try:
-                client.call(m.RemoveBlocks(tuple(names)))
-            except RpcError as e:
-                log.info("could not remove %d block(s) at %s: %s", len(names), endpoint, e)
-            finally:
-                if owned:
-                    client.close()
-
-    def update_rate_limit(self, stream_id: int, rate: float) -> None:
-        """Send ``UpdateRateLimit`` to the receiver of ``stream_id``."""
-        self.run(cmd.UpdateReceiverRateLimit(stream_id, rate))
+    def _active_endpoints(self) -> list[str]:
+        """Under the lock: the endpoints of the ACTIVE receivers."""
+        return [
+            r.info.endpoint
+            for r in self._receivers.values()
+            if r.info.state is ReceiverState.ACTIVE and r.info.endpoint
+        ]
 
     # --- views ------------------------------------------------------------------
 
-    def _receiver_info(self, stream_id: int) -> ReceiverInfo:
-        r = self._receivers[stream_id]
+    def _receiver_info(self, r: _Receiver) -> ReceiverInfo:
         executor = r.info.running_executor
         return ReceiverInfo(
-            stream_id=stream_id,
+            stream_id=r.info.receiver_id,
             name=r.receiver.name,
             active=r.info.state is ReceiverState.ACTIVE,
             location=r.host,
@@ -597,12 +503,39 @@ class ReceiverTracker:
     def receiver_infos(self) -> dict[int, ReceiverInfo]:
         """What the driver knows of every receiver, for listeners and progress."""
         with self._lock:
-            return {s: self._receiver_info(s) for s in self._receivers}
+            return {s: self._receiver_info(r) for s, r in self._receivers.items()}
+
+    def receiver_statuses(self) -> list[ReceiverStatus]:
+        """A typed snapshot of every receiver, by stream id."""
+        with self._lock:
+            return [
+                ReceiverStatus(
+                    stream_id=s,
+                    name=r.receiver.name,
+                    state=r.info.state.name,
+                    executor_id=r.info.running_executor.executor_id
+                    if r.info.running_executor
+                    else None,
+                    host=r.host,
+                    endpoint=r.info.endpoint,
+                    records=r.records,
+                    blocks=r.blocks,
+                    jobs=r.jobs,
+                    scheduled_locations=tuple(str(x) for x in r.info.scheduled_locations or ()),
+                    rate_limit=r.rate_limit,
+                    last_error_message=r.info.error_message or "",
+                    last_error=r.error,
+                    last_error_time_ms=r.info.error_time_ms
+                    if r.info.error_time_ms is not None
+                    else -1,
+                )
+                for s, r in sorted(self._receivers.items())
+            ]
 
     def tracking_infos(self) -> dict[int, ReceiverTrackingInfo]:
         """Scheduling state of every receiver."""
-        result: dict[int, ReceiverTrackingInfo] = self.run(cmd.GetAllReceiverInfo())
-        return result
+        with self._lock:
+            return {s: r.info for s, r in self._receivers.items()}
 
     def receiver_states(self) -> dict[int, ReceiverState]:
         """The state of every receiver."""
@@ -617,23 +550,12 @@ class ReceiverTracker:
             return sum(r.records for r in self._receivers.values())
 
     def jobs_launched(self, stream_id: int) -> int:
-        """How many jobs were submitted for a receiver (1 + its restarts)."""
+        """How many jobs were launched for a receiver (1 + its restarts)."""
         with self._lock:
             return self._receivers[stream_id].jobs
-
-
-def _non_negative(**offsets: int) -> None:
-    for name, value in offsets.items():
-        if value < 0:
-            msg = f"offset {name} must be >= 0, got {value}"
-            raise OffsetError(msg)
 
 
 def _accepts(location: TaskLocation, host: str, executor_id: str) -> bool:
     if isinstance(location, ExecutorCacheTaskLocation):
         return location.executor_id == executor_id
     return location.host == host
-
-
-def _show(placement: dict[int, list[TaskLocation]]) -> dict[int, list[str]]:
-    return {s: [str(loc) for loc in locs] for s, locs in placement.items()}

@@ -1,30 +1,26 @@
 """Driver-local commands of the receiver tracker, apart from the remote messages.
 
 Spark keeps ``ReceiverTrackerLocalMessage`` apart from the messages receivers
-send; so do we: these never cross the wire, and the tracker runs them one at a
-time under its lock (``ReceiverTracker.run``).
+send; so do we: these never cross the wire. ``ReceiverTracker.run`` takes them
+from any driver thread; what they send to receivers goes through the tracker's
+outbox, never under its lock.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class StartAllReceivers:
-    """Schedule every receiver and launch its job."""
-
-
-@dataclass(frozen=True)
-class RestartReceiver:
-    """Relaunch a receiver whose job ended: on its old executors if alive, else rescheduled."""
-
-    stream_id: int
+from spark_receivers.rpc.messages import ReceivedBlockInfo
 
 
 @dataclass(frozen=True)
 class StopAllReceivers:
-    """Send ``StopReceiver`` to every registered receiver."""
+    """Refuse registrations and send ``StopReceiver`` to every running receiver."""
+
+
+@dataclass(frozen=True)
+class ReleaseAllReceivers:
+    """Send ``ReleaseReceiver`` to every supervisor: no batch will read its blocks any more."""
 
 
 @dataclass(frozen=True)
@@ -47,17 +43,24 @@ class UpdateReceiverRateLimit:
 
 @dataclass(frozen=True)
 class CleanupOldBlocks:
-    """Tell every receiver to drop blocks (and WAL segments) older than ``threshold_ms``."""
+    """Tell every receiver to drop WAL segments older than ``threshold_ms``."""
 
     threshold_ms: int
 
 
+@dataclass(frozen=True)
+class RemoveBlocks:
+    """Tell the block stores holding these blocks to drop them (their batch completed)."""
+
+    blocks: tuple[ReceivedBlockInfo, ...]
+
+
 TrackerCommand = (
-    StartAllReceivers
-    | RestartReceiver
-    | StopAllReceivers
+    StopAllReceivers
+    | ReleaseAllReceivers
     | AllReceiverIds
     | GetAllReceiverInfo
     | UpdateReceiverRateLimit
     | CleanupOldBlocks
+    | RemoveBlocks
 )

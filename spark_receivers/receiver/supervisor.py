@@ -9,12 +9,15 @@ cycle between Started and Stopped while it restarts.
   ``on_start`` (an exception there stops it with that error).
 * ``stop(message, error)``: ``on_stop``, ``DeregisterReceiver``, drain the block
   generator (its last blocks are pushed), keep serving the blocks that batches
-  have not read yet (up to ``receiver_drain_timeout_s``), then release
-  :meth:`await_termination`, which re-raises the stopping error.
+  have not read yet — until the driver removed them all, the driver sends
+  ``ReleaseReceiver`` (no batch will read them), or ``receiver_drain_timeout_s``
+  passes — then release :meth:`await_termination`, which re-raises the
+  stopping error.
 
-The block server answers ``StopReceiver``, ``CleanupOldBlocks`` (cleans the
-receiver WAL), ``RemoveBlocks`` and ``UpdateRateLimit`` from the driver and
-serves blocks to batch readers (Arrow Flight, authenticated).
+The block server answers ``StopReceiver``, ``ReleaseReceiver``,
+``CleanupOldBlocks`` (cleans the receiver WAL), ``RemoveBlocks`` and
+``UpdateRateLimit`` from the driver and serves blocks to batch readers (Arrow
+Flight, authenticated).
 
 Blocks are stored through a :mod:`~spark_receivers.receiver.block_handler`:
 the block store only, or the block store and the receiver write-ahead log in
@@ -132,6 +135,7 @@ class ReceiverSupervisor:
         self._stopping_error: BaseException | None = None
         self._stop_message = ""
         self._blocks_changed = threading.Condition()
+        self._released = False
         self.records_stored = 0
         self.blocks_pushed = 0
         # Receiver.store of one str with the default schema goes straight here.
@@ -236,8 +240,16 @@ class ReceiverSupervisor:
         # them completed (the driver removes them), or the drain timeout passes.
         timeout = self.config.receiver_drain_timeout_s
         with self._blocks_changed:
-            done = self._blocks_changed.wait_for(lambda: len(self.block_store) == 0, timeout)
-        if not done:
+            done = self._blocks_changed.wait_for(
+                lambda: self._released or len(self.block_store) == 0, timeout
+            )
+        if self._released and len(self.block_store):
+            log.info(
+                "receiver %s released by the driver with %d unread block(s)",
+                self.stream_id,
+                len(self.block_store),
+            )
+        elif not done:
             log.warning(
                 "receiver %s stops with %d unread block(s) after %.0fs",
                 self.stream_id,
@@ -408,6 +420,17 @@ class ReceiverSupervisor:
                 threading.Thread(
                     target=self.stop,
                     args=("Stopped by driver", None),
+                    name="receiver-stop",
+                    daemon=True,
+                ).start()
+                return True
+            case m.ReleaseReceiver():
+                with self._blocks_changed:
+                    self._released = True
+                    self._blocks_changed.notify_all()
+                threading.Thread(
+                    target=self.stop,
+                    args=("Released by driver", None),
                     name="receiver-stop",
                     daemon=True,
                 ).start()

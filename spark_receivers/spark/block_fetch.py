@@ -108,3 +108,26 @@ def fetch_block(
         f"({store_error}); {hint}"
     )
     raise BlockNotFoundError(msg) from store_error
+
+
+def lost_blocks_in(error: BaseException) -> list[tuple[str, int, int, str]]:
+    """The blocks a failed batch could not read: ``(block id, stream id, records, reason)``.
+
+    Spark wraps the reader's :class:`BlockNotFoundError` (maybe several times), so the
+    blocks are found by :data:`LOST_BLOCK_RE` in the text of the error and its causes;
+    each block once, in the order met.
+    """
+    texts: list[str] = []
+    cause: BaseException | None = error
+    while cause is not None and len(texts) < 10:
+        texts.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    found: dict[str, tuple[str, int, int, str]] = {}
+    text = "\n".join(texts)
+    for match in LOST_BLOCK_RE.finditer(text):
+        block_id = match.group(1)
+        if block_id not in found:
+            end = text.find("\n", match.start())
+            reason = text[match.start() : end if end >= 0 else None]
+            found[block_id] = (block_id, int(match.group(2)), int(match.group(3)), reason)
+    return list(found.values())

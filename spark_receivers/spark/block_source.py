@@ -14,6 +14,7 @@ skipped.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -137,6 +139,23 @@ class BlockDataSource(DataSource):  # type: ignore[misc]
 def register(spark: SparkSession) -> None:
     """Register the data source with ``spark`` (idempotent)."""
     spark.dataSource.register(BlockDataSource)
+
+
+def default_read_partitions(sc: SparkContext, receivers: int, configured: int = 0) -> int:
+    """Read tasks per stream and batch: ``configured`` (``batch_read_partitions``), or one wave.
+
+    One wave is the task slots the receivers leave free (each holds a slot for as
+    long as it runs); in local mode also no more than the host's cores, since
+    ``local[N]`` may offer more slots than there are cores, and on a busy core
+    every extra Python read task costs more than it reads.
+    """
+    if configured:
+        return configured
+    free = sc.defaultParallelism - receivers
+    master = sc.master or ""
+    if master.startswith("local[") or master == "local":
+        free = min(free, os.cpu_count() or 1)
+    return max(1, free)
 
 
 def blocks_dataframe(

@@ -20,7 +20,8 @@ from spark_receivers.util.clock import ManualClock
 
 def ranges(tracker, stream, start, end) -> list[tuple[str, int, int]]:
     return [
-        (b.block_id, first, rows) for b, first, rows in tracker.offset_range(stream, start, end)
+        (b.block_id, first, rows)
+        for b, first, rows in tracker.logs.offset_range(stream, start, end)
     ]
 
 
@@ -37,10 +38,10 @@ def test_offset_streams_stay_out_of_batches_and_graceful_stop():
     tracker.allocate_blocks_to_batch(1000)
     assert tracker.get_blocks_of_batch(1000) == {0: [block(0, 1)], 1: []}
     assert not tracker.has_unallocated_blocks()  # a graceful stop does not wait for queries
-    assert tracker.offset_status(1) == {"base": 0, "end": 0, "queued": 10}
+    assert tracker.logs.offset_status(1) == {"base": 0, "end": 0, "queued": 10}
     assert tracker.oldest_generated_ms_in_use() == 1
     with pytest.raises(OffsetError, match="stream 0 is not read through offsets"):
-        tracker.allocate_offsets(0, 0)
+        tracker.logs.allocate_offsets(0, 0)
     with pytest.raises(ValueError, match="not among stream_ids"):
         ReceivedBlockTracker([0], offset_stream_ids=[3])
 
@@ -49,38 +50,38 @@ def test_positions_count_records_and_limits_split_blocks():
     tracker = ReceivedBlockTracker([0], offset_stream_ids=[0])
     for seq, records in enumerate([10, 5, 20]):
         tracker.add_block(block(0, seq, records))
-    assert tracker.allocate_offsets(0, 0, 12) == 12
-    assert tracker.offset_status(0) == {"base": 0, "end": 35, "queued": 0}
+    assert tracker.logs.allocate_offsets(0, 0, 12) == 12
+    assert tracker.logs.offset_status(0) == {"base": 0, "end": 35, "queued": 0}
     assert ranges(tracker, 0, 0, 12) == [("input-0-1-0", 0, 10), ("input-0-1-1", 0, 2)]
-    assert tracker.allocate_offsets(0, 12, 12) == 24
+    assert tracker.logs.allocate_offsets(0, 12, 12) == 24
     assert ranges(tracker, 0, 12, 24) == [("input-0-1-1", 2, 3), ("input-0-1-2", 0, 9)]
-    assert tracker.allocate_offsets(0, 24) == 35
-    assert tracker.allocate_offsets(0, 24, -1) == 35
+    assert tracker.logs.allocate_offsets(0, 24) == 35
+    assert tracker.logs.allocate_offsets(0, 24, -1) == 35
     assert ranges(tracker, 0, 24, 35) == [("input-0-1-2", 9, 11)]
     assert ranges(tracker, 0, 35, 35) == []
     # The same range gives the same blocks every time.
     assert ranges(tracker, 0, 0, 12) == [("input-0-1-0", 0, 10), ("input-0-1-1", 0, 2)]
     with pytest.raises(OffsetError, match="max_records must be -1"):
-        tracker.allocate_offsets(0, 0, -2)
+        tracker.logs.allocate_offsets(0, 0, -2)
 
 
 def test_commit_forgets_whole_blocks_below_the_end_and_refuses_what_is_gone():
     tracker = ReceivedBlockTracker([0], offset_stream_ids=[0])
     for seq in range(3):
         tracker.add_block(block(0, seq, 10))
-    tracker.allocate_offsets(0, 0)
-    assert [b.block_id for b in tracker.commit_offsets(0, 15)] == ["input-0-1-0"]
-    assert tracker.offset_status(0)["base"] == 15
+    tracker.logs.allocate_offsets(0, 0)
+    assert [b.block_id for b in tracker.logs.commit_offsets(0, 15)] == ["input-0-1-0"]
+    assert tracker.logs.offset_status(0)["base"] == 15
     assert ranges(tracker, 0, 15, 30) == [("input-0-1-1", 5, 5), ("input-0-1-2", 0, 10)]
-    assert tracker.commit_offsets(0, 10) == []  # below the base: nothing to do
+    assert tracker.logs.commit_offsets(0, 10) == []  # below the base: nothing to do
     with pytest.raises(OffsetError, match="committed and cleaned up already"):
-        tracker.offset_range(0, 0, 30)
+        tracker.logs.offset_range(0, 0, 30)
     with pytest.raises(OffsetError, match="past the end of the log"):
-        tracker.allocate_offsets(0, 31)
+        tracker.logs.allocate_offsets(0, 31)
     with pytest.raises(OffsetError, match="ends at 30"):
-        tracker.commit_offsets(0, 40)
+        tracker.logs.commit_offsets(0, 40)
     with pytest.raises(OffsetError, match="ends before it starts"):
-        tracker.offset_range(0, 20, 16)
+        tracker.logs.offset_range(0, 20, 16)
     assert tracker.oldest_generated_ms_in_use() == 1
 
 
@@ -95,11 +96,11 @@ def test_consecutive_ranges_cover_every_record_once_within_the_limit(sizes, limi
         tracker.add_block(block(0, seq, n))
     start, seen = 0, []
     for limit in limits:
-        end = tracker.allocate_offsets(0, start, limit)
+        end = tracker.logs.allocate_offsets(0, start, limit)
         assert start <= end <= start + limit
-        for b, first, rows in tracker.offset_range(0, start, end):
+        for b, first, rows in tracker.logs.offset_range(0, start, end):
             seen.extend((b.block_id, first + i) for i in range(rows))
-        tracker.commit_offsets(0, end)
+        tracker.logs.commit_offsets(0, end)
         start = end
     everything = [(f"input-0-1-{seq}", i) for seq, n in enumerate(sizes) for i in range(n)]
     assert seen == everything[: len(seen)]
@@ -116,17 +117,17 @@ def test_recovery_gives_the_same_blocks_for_the_same_range(tmp_path):
     tracker = open_tracker(tmp_path, clock)
     for seq in range(4):
         tracker.add_block(block(1, seq, 10))
-    assert tracker.allocate_offsets(1, 0, 25) == 25
+    assert tracker.logs.allocate_offsets(1, 0, 25) == 25
     tracker.add_block(block(1, 9, 10))  # queued, not in the log yet
-    tracker.commit_offsets(1, 10)
+    tracker.logs.commit_offsets(1, 10)
     before = ranges(tracker, 1, 10, 25)
     tracker.stop()
 
     tracker = open_tracker(tmp_path, clock, recover=True)
     assert ranges(tracker, 1, 10, 25) == before
-    assert tracker.offset_status(1) == {"base": 10, "end": 40, "queued": 10}
-    assert all(b.store_endpoint is None for b, _, _ in tracker.offset_range(1, 10, 40))
-    assert tracker.allocate_offsets(1, 25) == 50
+    assert tracker.logs.offset_status(1) == {"base": 10, "end": 40, "queued": 10}
+    assert all(b.store_endpoint is None for b, _, _ in tracker.logs.offset_range(1, 10, 40))
+    assert tracker.logs.allocate_offsets(1, 25) == 50
     assert ranges(tracker, 1, 40, 50) == [("input-1-1-9", 0, 10)]
     tracker.stop()
 
@@ -138,15 +139,15 @@ def test_a_failed_range_write_keeps_blocks_queued_and_replay_agrees(tmp_path, pe
     tracker = open_tracker(tmp_path, clock, wal=log)
     tracker.add_block(block(1, 0, 10))
     log.fail_next, log.fail_after_write = 1, persisted
-    assert tracker.allocate_offsets(1, 0) == 0  # nothing appended, no error for the query
-    assert tracker.offset_status(1) == {"base": 0, "end": 0, "queued": 10}
+    assert tracker.logs.allocate_offsets(1, 0) == 0  # nothing appended, no error for the query
+    assert tracker.logs.offset_status(1) == {"base": 0, "end": 0, "queued": 10}
     tracker.add_block(block(1, 1, 5))
-    assert tracker.allocate_offsets(1, 0) == 15
+    assert tracker.logs.allocate_offsets(1, 0) == 15
     tracker.stop()
 
     recovered = open_tracker(tmp_path, clock, recover=True)
     assert ranges(recovered, 1, 0, 15) == [("input-1-1-0", 0, 10), ("input-1-1-1", 0, 5)]
-    assert recovered.offset_status(1) == {"base": 0, "end": 15, "queued": 0}
+    assert recovered.logs.offset_status(1) == {"base": 0, "end": 15, "queued": 0}
     recovered.stop()
 
 
@@ -154,12 +155,12 @@ def test_wal_cleanup_keeps_the_events_a_block_log_still_needs(tmp_path):
     clock = ManualClock(1_000_000)
     tracker = open_tracker(tmp_path, clock)
     tracker.add_block(block(1, 0, 10))
-    tracker.allocate_offsets(1, 0)
+    tracker.logs.allocate_offsets(1, 0)
     for i in range(1, 6):  # DStream batches go on; their cleanup rolls the WAL segments
         clock.advance(2_000)
         tracker.add_block(block(0, i))
         tracker.allocate_blocks_to_batch(clock.get_time_ms())
-    tracker.commit_offsets(1, 4)  # the block is still partly uncommitted
+    tracker.logs.commit_offsets(1, 4)  # the block is still partly uncommitted
     clock.advance(2_000)
     tracker.cleanup_old_batches(clock.get_time_ms(), wait_for_completion=True)
     assert OffsetRangeEvent in {type(e) for e in logged_events(tmp_path)}
@@ -168,7 +169,7 @@ def test_wal_cleanup_keeps_the_events_a_block_log_still_needs(tmp_path):
     assert ranges(tracker, 1, 4, 10) == [("input-1-1-0", 4, 6)]
 
     # Once committed, older segments go, but the position survives in the commit event.
-    tracker.commit_offsets(1, 10)
+    tracker.logs.commit_offsets(1, 10)
     for _ in range(3):
         clock.advance(2_000)
         tracker.allocate_blocks_to_batch(clock.get_time_ms())
@@ -179,5 +180,5 @@ def test_wal_cleanup_keeps_the_events_a_block_log_still_needs(tmp_path):
     assert not any(isinstance(e, OffsetRangeEvent) for e in logged_events(tmp_path))
     tracker.stop()
     tracker = open_tracker(tmp_path, clock, recover=True)
-    assert tracker.offset_status(1) == {"base": 10, "end": 10, "queued": 0}
+    assert tracker.logs.offset_status(1) == {"base": 10, "end": 10, "queued": 0}
     tracker.stop()

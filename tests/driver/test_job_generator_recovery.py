@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.checkpoint import Checkpoint
 from spark_receivers.driver.job_generator import JobGenerator, OutputOperation
@@ -16,6 +18,35 @@ from spark_receivers.util.clock import ManualClock
 class FakeSparkContext:
     def setJobGroup(self, *args, **kwargs) -> None:
         pass
+
+
+class RecordingHooks:
+    """BatchHooks that build batches with ``build`` and record everything else."""
+
+    def __init__(self, build) -> None:
+        self.build = build
+        self.checkpoints: list[tuple[int, list[int]]] = []
+        self.failed: list[tuple[int, BaseException]] = []
+        self.timer_errors: list[BaseException] = []
+        self.cleaned: list[int] = []
+
+    def generate_jobs(self, batch_time_ms, blocks):
+        return self.build(batch_time_ms, blocks)
+
+    def batch_failed(self, batch_time_ms, error) -> None:
+        self.failed.append((batch_time_ms, error))
+
+    def batch_finished(self, batch_time_ms) -> None:
+        pass
+
+    def clean_after_batch(self, batch_time_ms, blocks) -> None:
+        self.cleaned.append(batch_time_ms)
+
+    def write_checkpoint(self, last_completed_ms, pending_ms) -> None:
+        self.checkpoints.append((last_completed_ms, pending_ms))
+
+    def timer_died(self, error) -> None:
+        self.timer_errors.append(error)
 
 
 def block(seq: int) -> ReceivedBlockInfo:
@@ -50,17 +81,16 @@ def test_restart_reruns_allocated_batches_with_their_blocks_then_the_down_time(t
 
         return [OutputOperation(0, "record", run)]
 
-    checkpoints: list[tuple[int, list[int]]] = []
+    hooks = RecordingHooks(build)
+    checkpoints = hooks.checkpoints
     bus = ListenerBus()
     generator = JobGenerator(
         FakeSparkContext(),  # type: ignore[arg-type]
         1000,
         recovered,
-        build,
-        lambda blocks: None,
+        hooks,
         bus,
         clock,
-        checkpoint=lambda last, pending: checkpoints.append((last, pending)),
     )
     first_timer_tick = generator.start(checkpoint)
     try:
@@ -77,3 +107,39 @@ def test_restart_reruns_allocated_batches_with_their_blocks_then_the_down_time(t
     finally:
         generator.stop(graceful=False, timeout_ms=0)
         recovered.stop()
+
+
+class Doom(BaseException):
+    """Something the per-batch handlers do not catch (the timer thread dies of it)."""
+
+
+class DoomedTracker(ReceivedBlockTracker):
+    def allocate_blocks_to_batch(self, batch_time_ms: int) -> None:
+        raise Doom(f"allocation of {batch_time_ms} blew up")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dying_timer_tells_its_owner_instead_of_going_quiet():
+    clock = ManualClock(10_000)
+    hooks = RecordingHooks(lambda t, blocks: [])
+    generator = JobGenerator(
+        FakeSparkContext(),  # type: ignore[arg-type]
+        1000,
+        DoomedTracker([0], clock=clock),
+        hooks,
+        ListenerBus(),
+        clock,
+    )
+    assert generator.start() == 11_000
+    try:
+        clock.set_time(11_000)
+        deadline = threading.Event()
+        for _ in range(200):  # bounded: the timer thread reacts to the clock at once
+            if hooks.timer_errors:
+                break
+            deadline.wait(0.01)
+        assert len(hooks.timer_errors) == 1
+        assert isinstance(hooks.timer_errors[0], Doom)
+        assert "11000" in str(hooks.timer_errors[0])
+    finally:
+        generator.stop(graceful=False, timeout_ms=0)

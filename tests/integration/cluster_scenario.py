@@ -97,19 +97,17 @@ def main() -> int:
             lambda df, t: processed.append(df.count())
         )
     ssc.start()
-    tracker = ssc.receiver_tracker
     try:
         both = wait_until(
-            lambda: all(i.state is ReceiverState.ACTIVE for i in tracker.tracking_infos().values()),
+            lambda: all(r.state == ReceiverState.ACTIVE.name for r in ssc.status().receivers),
             120,
         )
-        infos = tracker.tracking_infos()
         out["placed"] = both
         out["executors"] = {
-            s: i.running_executor.executor_id for s, i in infos.items() if i.running_executor
+            r.stream_id: r.executor_id for r in ssc.status().receivers if r.executor_id
         }
         out["scheduled"] = {
-            s: [str(x) for x in (i.scheduled_locations or ())] for s, i in infos.items()
+            r.stream_id: list(r.scheduled_locations) for r in ssc.status().receivers
         }
         out["job_description_ok"] = True
         victim = out["executors"].get(0)
@@ -120,29 +118,20 @@ def main() -> int:
             out["killed"] = victim
 
             def back() -> bool:
-                info = tracker.tracking_infos()[0]
-                return (
-                    info.state is ReceiverState.ACTIVE
-                    and info.running_executor is not None
-                    and info.running_executor.executor_id != victim
-                )
+                r = ssc.status().receiver(0)
+                return r.state == "ACTIVE" and r.executor_id not in (None, victim)
 
             out["restarted"] = wait_until(back, 120)
-            info = tracker.tracking_infos()[0]
-            out["new_executor"] = (
-                info.running_executor.executor_id if info.running_executor else None
-            )
-            out["other_receiver_untouched"] = (
-                tracker.tracking_infos()[1].state is ReceiverState.ACTIVE
-            )
+            out["new_executor"] = ssc.status().receiver(0).executor_id
+            out["other_receiver_untouched"] = ssc.status().receiver(1).state == "ACTIVE"
         out["batches_ran"] = wait_until(lambda: sum(processed) > 0, 180)
         with events.lock:
             out["events"] = list(events.events)
-        out["records_received"] = tracker.records_received()
+        out["records_received"] = ssc.status().records_received
     finally:
         ssc.stop(graceful=True)
     out["processed"] = sum(processed)
-    out["records_received_at_end"] = tracker.records_received()
+    out["records_received_at_end"] = ssc.status().records_received
     out["active_jobs_after_stop"] = list(spark.sparkContext.statusTracker().getActiveJobsIds())
     out["our_threads_after_stop"] = [
         t.name

@@ -86,8 +86,7 @@ def main() -> int:
     print(f"STARTING at {time.time():.3f}", flush=True)
     ssc.start()
     if ssc.recovered_from_checkpoint:
-        assert ssc.job_generator is not None
-        print("RECOVERED " + json.dumps(ssc.job_generator.recovered_batches), flush=True)
+        print("RECOVERED " + json.dumps(list(ssc.status().recovered_batches_ms)), flush=True)
     else:
         print("FRESH", flush=True)
     print(f"STARTED at {time.time():.3f}", flush=True)

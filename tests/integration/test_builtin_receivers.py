@@ -78,8 +78,8 @@ def streaming(spark, receiver: Receiver, batch_interval_ms: int = 1000):
 
 
 def receiver_running(ssc) -> bool:
-    states = ssc.receiver_tracker.receiver_states()
-    return bool(states) and all(s.name == "ACTIVE" for s in states.values())
+    receivers = ssc.status().receivers
+    return bool(receivers) and all(r.state == "ACTIVE" for r in receivers)
 
 
 def test_generator_receiver_delivers_exactly_its_lines(spark):

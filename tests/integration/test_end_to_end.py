@@ -76,17 +76,15 @@ def test_socket_pipeline_counts_exactly_what_the_source_sent(spark):
         ssc.start()
         assert wait_until(lambda: source.lines_sent >= 15_000, 60)
         sent = source.finish()
-        tracker = ssc.receiver_tracker
-        assert wait_until(lambda: tracker.records_received() >= sent, 60)
+        assert wait_until(lambda: ssc.status().records_received >= sent, 60)
         ssc.stop(graceful=True)
     assert sent > 0
-    assert tracker.records_received() == sent
+    assert ssc.status().records_received == sent
     assert sum(counted) == sent
     assert_nothing_of_ours_left(spark)
 
 
 def test_tracker_refuses_strangers_and_keeps_running(spark):
-    from spark_receivers.driver import tracker_commands as cmd
     from spark_receivers.errors import AuthenticationError, RpcError
     from spark_receivers.rpc import messages as m
     from spark_receivers.rpc.transport import EndpointClient
@@ -98,12 +96,16 @@ def test_tracker_refuses_strangers_and_keeps_running(spark):
         lambda df, t: counted.append(df.count())
     )
     ssc.start()
-    tracker = ssc.receiver_tracker
     try:
         assert wait_until(
-            lambda: tracker.run(cmd.AllReceiverIds()) == [0] and tracker.records_received() > 0, 60
+            lambda: (
+                ssc.status().receiver(0).state == "ACTIVE" and ssc.status().records_received > 0
+            ),
+            60,
         )
-        client = EndpointClient(tracker.address, ssc._secret)
+        address = ssc.status().tracker_address
+        assert address is not None
+        client = EndpointClient(address, ssc._secret)
         # A registration from an executor the receiver was not scheduled on is refused.
         assert (
             client.call(
@@ -131,24 +133,24 @@ def test_tracker_refuses_strangers_and_keeps_running(spark):
                 m.AddBlock(m.ReceivedBlockInfo(0, "input-0-1-9", 1, 0, "h:1", metadata=big))
             )
         # Strangers: a wrong secret, on the tracker and on the receiver's block server.
-        receiver_endpoint = tracker.tracking_infos()[0].endpoint
+        receiver_endpoint = ssc.status().receiver(0).endpoint
         assert receiver_endpoint
-        for address in (tracker.address, receiver_endpoint):
-            stranger = EndpointClient(address, "not-the-secret")
-            forged = m.StopReceiver() if address == receiver_endpoint else m.ReportError(0, "x", "")
+        for where in (address, receiver_endpoint):
+            stranger = EndpointClient(where, "not-the-secret")
+            forged = m.StopReceiver() if where == receiver_endpoint else m.ReportError(0, "x", "")
             with pytest.raises(AuthenticationError):
                 stranger.call(forged)
             with pytest.raises(AuthenticationError):
                 stranger.read_table(b"input-0-1-0")
             stranger.close()
-        before = tracker.records_received()
-        assert wait_until(lambda: tracker.records_received() > before, 30)  # still receiving
-        infos = tracker.tracking_infos()
-        assert infos[0].name == "CountingReceiver-0"
-        assert infos[0].running_executor is not None
+        before = ssc.status().records_received
+        assert wait_until(lambda: ssc.status().records_received > before, 30)  # still receiving
+        status = ssc.status().receiver(0)
+        assert status.name == "CountingReceiver-0"
+        assert status.executor_id is not None
     finally:
         ssc.stop(graceful=True)
-    assert sum(counted) == tracker.records_received()
+    assert sum(counted) == ssc.status().records_received
     with pytest.raises(RpcError):
         client.call(m.AddBlock(m.ReceivedBlockInfo(0, "input-0-1-1", 1, 0, "127.0.0.1:1")))
     assert_nothing_of_ours_left(spark)

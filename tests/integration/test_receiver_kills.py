@@ -76,8 +76,7 @@ def listening_pid(port: int) -> int | None:
 
 def kill_receiver_worker(ssc: StreamingContext) -> int:
     """SIGKILL the Python worker running stream 0's receiver (it serves its blocks)."""
-    assert ssc.receiver_tracker is not None
-    endpoint = ssc.receiver_tracker.tracking_infos()[0].endpoint
+    endpoint = ssc.status().receiver(0).endpoint
     assert endpoint, "the receiver has not registered"
     pid = listening_pid(int(endpoint.rsplit(":", 1)[1]))
     assert pid is not None and pid != os.getpid(), f"no worker serving {endpoint}"
@@ -106,9 +105,9 @@ def run_with_a_kill(
     try:
         feeder.start()
         wait_until(lambda: len(collected.distinct()) >= enough, 120, f"{enough} records")
-        jobs = ssc.receiver_tracker.jobs_launched(0)
+        jobs = ssc.status().receiver(0).jobs
         kill_receiver_worker(ssc)
-        wait_until(lambda: ssc.receiver_tracker.jobs_launched(0) > jobs, 60, "a relaunch")
+        wait_until(lambda: ssc.status().receiver(0).jobs > jobs, 60, "a relaunch")
         feeder.join(180)
         assert fed, "the feeder did not finish"
         expected = fed[0]

@@ -1,0 +1,180 @@
+"""The streams of a context and their output operations (Spark's DStreamGraph).
+
+Streams register themselves and their output operations here, never with the
+context. While the context is being built the graph changes; from ``start()``
+it is frozen, and the job scheduler hands it a **batch reader** (blocks → a
+DataFrame) and the Structured Streaming source options. At each batch the job
+generator asks :meth:`StreamGraph.generate_jobs` for the batch's output
+operations: every receiver stream's DataFrame is built once, from the blocks
+allocated to it, and every output operation is bound to its stream's
+DataFrame of that batch (derived streams compute theirs lazily, once per batch).
+:meth:`StreamGraph.forget` drops a completed batch's DataFrames.
+
+Thread-safety: building happens on the user's thread before ``start()``; after
+it, ``generate_jobs`` and ``forget`` run on batch threads and only read the
+frozen lists.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spark_receivers.driver.job_generator import OutputOperation
+from spark_receivers.errors import ConfigError, StateError
+from spark_receivers.stream import (
+    BatchFunction,
+    DataFrameStream,
+    ReceiverInputStream,
+    StructuredReceiverStream,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_receivers.receiver.receiver import Receiver
+    from spark_receivers.rpc.messages import ReceivedBlockInfo
+
+__all__ = ["BatchReader", "InputStream", "StreamGraph"]
+
+InputStream = ReceiverInputStream | StructuredReceiverStream
+BatchReader = Callable[[ReceiverInputStream, list["ReceivedBlockInfo"]], "DataFrame"]
+"""Builds a receiver stream's DataFrame of one batch from its blocks (empty list: none)."""
+SourceOptions = Callable[[int], dict[str, str]]
+
+
+class StreamGraph:
+    """The input streams, in stream-id order, and the output operations, in order."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self._inputs: list[InputStream] = []
+        self._outputs: list[tuple[DataFrameStream, BatchFunction, str]] = []
+        self._frozen: str | None = None
+        self._reader: BatchReader | None = None
+        self._source_options: SourceOptions | None = None
+        self._lock = threading.Lock()
+
+    # --- building (before start) ---------------------------------------------------
+
+    def receiver_stream(self, receiver: Receiver) -> ReceiverInputStream:
+        """Add the stream of a receiver read by batches."""
+        stream = ReceiverInputStream(self, receiver, self._next_stream_id(receiver))
+        self._inputs.append(stream)
+        return stream
+
+    def structured_stream(self, receiver: Receiver) -> StructuredReceiverStream:
+        """Add the stream of a receiver read by Structured Streaming."""
+        stream = StructuredReceiverStream(self, receiver, self._next_stream_id(receiver))
+        self._inputs.append(stream)
+        return stream
+
+    def add_output(self, stream: DataFrameStream, fn: BatchFunction, name: str) -> None:
+        """Register ``fn(df, batch_time_ms)`` on every batch of ``stream``."""
+        self._require_building("add an output operation")
+        if stream.graph is not self:
+            msg = "this stream belongs to another streaming context"
+            raise ConfigError(msg)
+        self._outputs.append((stream, fn, name))
+
+    def _next_stream_id(self, receiver: Receiver) -> int:
+        self._require_building("add a receiver stream")
+        from spark_receivers.receiver.receiver import Receiver
+
+        if not isinstance(receiver, Receiver):
+            msg = f"a stream needs a Receiver instance, got {type(receiver).__name__}"
+            raise TypeError(msg)
+        if any(s.receiver is receiver for s in self._inputs):
+            msg = f"receiver {receiver!r} already feeds stream {receiver.stream_id}"
+            raise ConfigError(msg)
+        stream_id = len(self._inputs)
+        receiver._stream_id = stream_id
+        return stream_id
+
+    def _require_building(self, action: str) -> None:
+        if self._frozen is not None:
+            msg = f"cannot {action}: the streaming context is {self._frozen}, not INITIALIZED"
+            raise StateError(msg)
+
+    # --- what the scheduler reads --------------------------------------------------
+
+    @property
+    def inputs(self) -> list[InputStream]:
+        """Every input stream, by stream id."""
+        return list(self._inputs)
+
+    @property
+    def receivers(self) -> list[Receiver]:
+        """Every receiver, by stream id."""
+        return [s.receiver for s in self._inputs]
+
+    @property
+    def batched_ids(self) -> list[int]:
+        """Ids of the streams read by batches."""
+        return [s.stream_id for s in self._inputs if isinstance(s, ReceiverInputStream)]
+
+    @property
+    def structured_ids(self) -> list[int]:
+        """Ids of the streams read by Structured Streaming."""
+        return [s.stream_id for s in self._inputs if isinstance(s, StructuredReceiverStream)]
+
+    @property
+    def has_outputs(self) -> bool:
+        """True when some output operation is registered."""
+        return bool(self._outputs)
+
+    def freeze(self, state: str, reader: BatchReader, source_options: SourceOptions) -> None:
+        """No more changes; batches are read with ``reader`` (called by the scheduler)."""
+        with self._lock:
+            self._frozen = state
+            self._reader = reader
+            self._source_options = source_options
+
+    def stopped(self) -> None:
+        """The context stopped: structured streams can no longer be read."""
+        with self._lock:
+            self._frozen = "STOPPED"
+            self._source_options = None
+
+    def source_options(self, stream_id: int) -> dict[str, str]:
+        """The ``spark.readStream`` options of a structured stream (context must run)."""
+        with self._lock:
+            options, state = self._source_options, self._frozen or "INITIALIZED"
+        if options is None:
+            msg = f"cannot read a structured stream: the streaming context is {state}, not ACTIVE"
+            raise StateError(msg)
+        return options(stream_id)
+
+    # --- batches (batch threads) -----------------------------------------------------
+
+    def generate_jobs(
+        self, batch_time_ms: int, blocks: dict[int, list[ReceivedBlockInfo]]
+    ) -> list[OutputOperation]:
+        """Build the batch's DataFrames and bind every output operation to them."""
+        reader = self._reader
+        if reader is None:
+            msg = "the stream graph has no batch reader: the context is not started"
+            raise StateError(msg)
+        for stream in self._inputs:
+            if isinstance(stream, ReceiverInputStream):
+                stream._set_batch(batch_time_ms, reader(stream, blocks.get(stream.stream_id, [])))
+        return [
+            OutputOperation(i, name, _bind(fn, out, batch_time_ms))
+            for i, (out, fn, name) in enumerate(self._outputs)
+        ]
+
+    def forget(self, batch_time_ms: int) -> None:
+        """Drop the DataFrames of a batch that completed."""
+        for out, _, _ in self._outputs:
+            out._forget(batch_time_ms)
+        for stream in self._inputs:
+            if isinstance(stream, ReceiverInputStream):
+                stream._forget(batch_time_ms)
+
+
+def _bind(fn: BatchFunction, stream: DataFrameStream, batch_time_ms: int) -> Callable[[], None]:
+    def run() -> None:
+        fn(stream._dataframe(batch_time_ms), batch_time_ms)
+
+    return run

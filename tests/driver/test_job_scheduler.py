@@ -1,0 +1,326 @@
+"""The job scheduler without Spark: its start and stop order, and what fails the context.
+
+Spark is replaced by a stand-in SparkContext/SparkSession (nothing runs on a JVM),
+the receivers' jobs by a launcher that plays them (register, store a block, stop
+when told), the supervisors' servers by clients that answer in-process. The clock
+is a ManualClock moved by the test.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.checkpoint import Checkpoint
+from spark_receivers.driver.job_generator import JobGenerator
+from spark_receivers.driver.job_scheduler import JobScheduler
+from spark_receivers.driver.listener import ListenerBus
+from spark_receivers.driver.receiver_launcher import ReceiverLauncher
+from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
+from spark_receivers.driver.stream_graph import StreamGraph
+from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.rpc import messages as m
+from spark_receivers.util.clock import ManualClock
+
+DRIVER = ExecutorCacheTaskLocation("127.0.0.1", "driver")
+
+
+class Quiet(Receiver):
+    def on_start(self) -> None:
+        pass
+
+    def on_stop(self) -> None:
+        pass
+
+
+class FakeSparkContext:
+    master = "local[4]"
+    defaultParallelism = 4
+    applicationId = "app-test"
+
+    def setJobGroup(self, *args, **kwargs) -> None:
+        pass
+
+    def setLocalProperty(self, *args) -> None:
+        pass
+
+    def cancelJobGroup(self, group) -> None:
+        pass
+
+
+class FakeReader:
+    """``spark.read.format(...).schema(...).option(...)...load()`` without a JVM."""
+
+    def __getattr__(self, name):
+        if name == "load":
+            return lambda: SimpleNamespace(empty=False)
+        return lambda *args, **kwargs: self
+
+
+class FakeSpark:
+    def __init__(self) -> None:
+        self.sparkContext = FakeSparkContext()
+        self.dataSource = SimpleNamespace(register=lambda source: None)
+        self.read = FakeReader()
+
+    def createDataFrame(self, rows, schema):
+        return SimpleNamespace(empty=True, count=lambda: 0)
+
+
+class Recorder:
+    """One ordered record of what every stand-in saw."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.cond = threading.Condition()
+
+    def add(self, entry: str) -> None:
+        with self.cond:
+            self.log.append(entry)
+            self.cond.notify_all()
+
+    def wait_for(self, entry: str, timeout_s: float = 10) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: entry in self.log, timeout_s), self.log
+
+    def index(self, entry: str) -> int:
+        return self.log.index(entry)
+
+
+class RecordingBus(ListenerBus):
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__()
+        self._rec = rec
+
+    def post(self, method: str, payload: object) -> None:
+        if method == "on_streaming_started":
+            self._rec.add("post on_streaming_started")
+        super().post(method, payload)
+
+
+class PlayedReceivers:
+    """The launcher: each launched receiver registers and stores one block at once."""
+
+    def __init__(self, rec: Recorder, sc, specs, restart_delay_ms, on_fatal, clock) -> None:
+        self.rec = rec
+        self.tracker = None
+
+    def wait_for_executors(self):
+        self.rec.add("executors")
+        return [DRIVER]
+
+    def alive_executors(self):
+        return [DRIVER]
+
+    def launch(self, stream_id, jobs) -> None:
+        self.rec.add(f"launch {stream_id}")
+        self.tracker = jobs
+        assert jobs.job_starting(stream_id) == [DRIVER]
+        endpoint = f"sup:{stream_id}"
+        assert jobs.handle(m.RegisterReceiver(stream_id, "Quiet", "127.0.0.1", "driver", endpoint))
+        block = m.ReceivedBlockInfo(stream_id, f"input-{stream_id}-1-0", 7, 0, endpoint)
+        assert jobs.handle(m.AddBlock(block))
+
+    def stop(self, timeout_s) -> None:
+        # As a real job does, each played receiver's job ends once it was released.
+        if self.tracker is not None and self.tracker.receiver_statuses()[0].endpoint:
+            self.rec.wait_for("ReleaseReceiver sup:0")
+        self.rec.add("launcher stopped")
+
+
+class Supervisors:
+    """The supervisors' side of the outbox: answer in-process, deregister on StopReceiver."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.tracker = None
+
+    def __call__(self, address: str):
+        supervisors = self
+
+        class Client:
+            def call(self, message, timeout_s=None):
+                supervisors.rec.add(f"{type(message).__name__} {address}")
+                if isinstance(message, m.StopReceiver):
+                    sid = int(address.split(":")[1])
+                    supervisors.tracker.handle(m.DeregisterReceiver(sid, "Stopped by driver", ""))
+                return True
+
+            def close(self) -> None:
+                pass
+
+        return Client()
+
+
+@pytest.fixture
+def world(monkeypatch):
+    rec = Recorder()
+    clock = ManualClock(10_100)
+    spark = FakeSpark()
+    graph = StreamGraph(spark)  # type: ignore[arg-type]
+    graph.receiver_stream(Quiet()).foreach_batch(lambda df, t: rec.add(f"batch {t}"), name="record")
+    original_start = JobGenerator.start
+
+    def start(self, recovery=None):
+        rec.add("timer" if recovery is None else "timer (recovering)")
+        return original_start(self, recovery)
+
+    monkeypatch.setattr(JobGenerator, "start", start)
+    supervisors = Supervisors(rec)
+    failures: list[str] = []
+    launchers: list[PlayedReceivers] = []
+
+    def make(config=None, recovery=None, launcher_factory=None):
+        def played(*args):
+            launchers.append(PlayedReceivers(rec, *args))
+            return launchers[-1]
+
+        scheduler = JobScheduler(
+            spark,  # type: ignore[arg-type]
+            graph,
+            1000,
+            config or StreamingConfig(),
+            "secret",
+            "127.0.0.1",
+            RecordingBus(rec),
+            clock,
+            lambda: failures.append("failed"),
+            recovery,
+            launcher_factory=launcher_factory or played,
+            client_factory=supervisors,
+        )
+        return scheduler
+
+    yield SimpleNamespace(
+        rec=rec, clock=clock, graph=graph, make=make, supervisors=supervisors, failures=failures
+    )
+
+
+def ticking(clock: ManualClock) -> threading.Event:
+    """Move the manual clock a batch ahead every few ms until the returned event is set."""
+    done = threading.Event()
+
+    def run() -> None:
+        for _ in range(3000):  # bounded
+            if done.wait(0.005):
+                return
+            clock.advance(1000)
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+def test_start_posts_started_then_launches_receivers_then_starts_the_timer(world):
+    scheduler = world.make()
+    world.supervisors.tracker = None
+    scheduler.start()
+    try:
+        log = world.rec.log
+        assert log[:4] == ["post on_streaming_started", "executors", "launch 0", "timer"]
+        with pytest.raises(StateError, match="ACTIVE"):
+            world.graph.receiver_stream(Quiet())
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_a_recovering_start_runs_the_timer_before_any_receiver(world, tmp_path):
+    config = StreamingConfig(checkpoint_dir=str(tmp_path), driver_wal_fsync=False)
+    recovery = Checkpoint(1000, -1, (), 10_000, {})
+    scheduler = world.make(config, recovery)
+    scheduler.start()
+    try:
+        log = world.rec.log
+        assert log.index("timer (recovering)") < log.index("launch 0")
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_graceful_stop_stops_receivers_processes_everything_then_releases_them(world):
+    scheduler = world.make()
+    scheduler.start()
+    world.supervisors.tracker = scheduler.receiver_tracker
+    assert scheduler.status("ACTIVE").records_received == 7
+    done = ticking(world.clock)
+    try:
+        scheduler.stop(graceful=True, timeout_ms=10_000)
+    finally:
+        done.set()
+    log = world.rec.log
+    batches = [e for e in log if e.startswith("batch ")]
+    assert batches, log
+    stop_at = log.index("StopReceiver sup:0")
+    release_at = log.index("ReleaseReceiver sup:0")
+    # Receivers are told to stop first; the batch holding their last block runs; only
+    # then are they released, and the launcher stops after that.
+    assert stop_at < log.index(batches[-1]) < release_at < log.index("launcher stopped")
+    status = scheduler.status("STOPPED")
+    assert status.records_processed == 7 and status.records_received == 7
+    assert status.receivers[0].state == "INACTIVE"
+    assert world.failures == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dying_timer_fails_the_context(world):
+    scheduler = world.make()
+    scheduler.start()
+    try:
+
+        def doom(batch_time_ms: int) -> None:
+            raise SystemExit(f"allocation of {batch_time_ms} exits")
+
+        scheduler.block_tracker.allocate_blocks_to_batch = doom  # type: ignore[method-assign]
+        world.clock.advance(1000)
+        for _ in range(500):  # bounded: the timer reacts to the clock at once
+            if world.failures:
+                break
+            threading.Event().wait(0.01)
+        assert world.failures == ["failed"]
+        assert isinstance(scheduler.error, SystemExit)
+        assert "exits" in (scheduler.status("STOPPED").failure or "")
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+class Py4JGone(FakeSparkContext):
+    """A SparkContext whose JVM went away: every call into it fails."""
+
+    @property
+    def _jsc(self):
+        raise RuntimeError("py4j: Answer from Java side is empty")
+
+
+def test_a_dying_launcher_fails_the_context(world):
+    """The real ReceiverLauncher: a py4j error in its relaunch loop fails the context."""
+
+    def real_launcher(sc, specs, restart_delay_ms, on_fatal, clock):
+        launcher = ReceiverLauncher(Py4JGone(), specs, 0, on_fatal, clock)  # type: ignore[arg-type]
+        launcher.wait_for_executors = lambda: [DRIVER]  # type: ignore[method-assign]
+        original = launcher.alive_executors
+        calls = []
+
+        def alive():
+            calls.append(1)
+            return [DRIVER] if len(calls) == 1 else original()
+
+        launcher.alive_executors = alive  # type: ignore[method-assign]
+        return launcher
+
+    scheduler = world.make(launcher_factory=real_launcher)
+    scheduler.start()
+    try:
+        for _ in range(500):  # bounded: the launcher thread fails on its first relaunch
+            if world.failures:
+                break
+            threading.Event().wait(0.01)
+        assert world.failures == ["failed"]
+        assert isinstance(scheduler.error, ReceiverError)
+        assert "launcher of receiver 0 died" in str(scheduler.error)
+        assert "Answer from Java side is empty" in str(scheduler.error.__cause__)
+        status = scheduler.status("STOPPED").receivers[0]
+        assert status.jobs == 1 and "receiver job failed" in status.last_error_message
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
