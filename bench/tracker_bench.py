@@ -3,13 +3,13 @@
     python -m bench.tracker_bench                       # 1,000 x 5 AddBlock/s for 20 s
     python -m bench.tracker_bench --supervisors 200 --seconds 5 --no-write
 
-What runs: a **driver process** with the endpoint path of the ReceiverTracker, without
+What runs: a **driver process** with the endpoint of the ReceiverTracker, without
 Spark: a :class:`~spark_receivers.rpc.transport.FlightEndpoint` (authenticated, JSON
-messages decoded against ``TRACKER_MESSAGES``) whose ``AddBlock`` handler validates like
-``ReceiverTracker._add_block`` (known stream, well-formed block id of that stream,
-non-negative counts), adds to a real
-:class:`~spark_receivers.driver.received_block_tracker.ReceivedBlockTracker` and counts per
-receiver under a lock; a batch thread allocates the blocks to a batch every second and
+messages decoded against ``TRACKER_MESSAGES``) in front of the real
+:class:`~spark_receivers.driver.receiver_tracker.ReceiverTracker` core (registration,
+``AddBlock`` validation and bookkeeping) and a real
+:class:`~spark_receivers.driver.received_block_tracker.ReceivedBlockTracker`, with a
+stand-in launcher that runs no jobs; a batch thread allocates the blocks to a batch every second and
 forgets old batches, as the JobGenerator does. **Client processes** each simulate a share of
 the supervisors: every supervisor has its own ``EndpointClient`` (its own gRPC channel, as in
 real executors), registers, then sends ``AddBlock`` open loop at its rate with a random
@@ -166,10 +166,14 @@ def summarize(
 
 
 def _driver_main(secret: str, n_streams: int, conn: Connection, what_if: str = "") -> None:
+    from spark_receivers.driver.listener import ListenerBus
     from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-    from spark_receivers.errors import RpcError
+    from spark_receivers.driver.receiver_outbox import ReceiverOutbox
+    from spark_receivers.driver.receiver_tracker import ReceiverTracker
+    from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
+    from spark_receivers.receiver.receiver import Receiver
     from spark_receivers.rpc import messages as m
-    from spark_receivers.rpc.transport import FlightEndpoint
+    from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 
     if what_if == "cached-hints":
         # What the proposed fix would give: rpc.messages._build resolves the type hints of
@@ -179,44 +183,43 @@ def _driver_main(secret: str, n_streams: int, conn: Connection, what_if: str = "
 
         typing.get_type_hints = functools.cache(typing.get_type_hints)  # type: ignore[assignment]
 
+    class BenchReceiver(Receiver):
+        def on_start(self) -> None:
+            pass
+
+        def on_stop(self) -> None:
+            pass
+
+    class BenchExecutors:
+        """The launcher: one executor, where the client processes register from; no jobs."""
+
+        executor = ExecutorCacheTaskLocation("127.0.0.1", "bench")
+
+        def alive_executors(self) -> list[ExecutorCacheTaskLocation]:
+            return [self.executor]
+
+        def launch(self, stream_id: int, jobs: Any) -> None:
+            jobs.job_starting(stream_id)
+
+    receivers = []
+    for sid in range(n_streams):
+        r = BenchReceiver()
+        r._stream_id = sid
+        receivers.append(r)
     blocks = ReceivedBlockTracker(range(n_streams))
-    lock = threading.RLock()
-    counts = {s: [0, 0] for s in range(n_streams)}  # records, blocks per receiver
+    bus = ListenerBus()
+    bus.start()
+    outbox = ReceiverOutbox(lambda address: EndpointClient(address, secret))
+    # The real tracker core (validation, bookkeeping, registration), as the driver runs it.
+    tracker = ReceiverTracker(
+        receivers,
+        blocks,
+        bus,
+        BenchExecutors(),
+        outbox,  # type: ignore[arg-type]
+    )
+    tracker.start()
     stop = threading.Event()
-
-    def known(stream_id: int) -> None:
-        if stream_id not in counts:
-            raise RpcError(f"unknown stream id {stream_id}")
-
-    def add_block(info: m.ReceivedBlockInfo) -> bool:
-        # The validation of ReceiverTracker._add_block, then the same bookkeeping.
-        known(info.stream_id)
-        block_id = m.StreamBlockId.parse(info.block_id)
-        if block_id.stream_id != info.stream_id:
-            raise RpcError(f"block {info.block_id} does not belong to stream {info.stream_id}")
-        if info.num_records < 0 or info.size_bytes < 0:
-            raise RpcError(f"block {info.block_id} has a negative record count or size")
-        ok = blocks.add_block(info)
-        if ok:
-            with lock:
-                c = counts[info.stream_id]
-                c[0] += info.num_records
-                c[1] += 1
-        return ok
-
-    def handle(message: Any) -> Any:
-        match message:
-            case m.AddBlock(block_info=info):
-                return add_block(info)
-            case m.RegisterReceiver(stream_id=sid):
-                known(sid)
-                return True
-            case m.DeregisterReceiver(stream_id=sid):
-                known(sid)
-                return True
-            case m.ReportError():
-                return None
-        raise RpcError(f"unexpected message {message!r:.100}")
 
     def batches() -> None:
         t = 0
@@ -225,17 +228,20 @@ def _driver_main(secret: str, n_streams: int, conn: Connection, what_if: str = "
             blocks.allocate_blocks_to_batch(t)
             blocks.cleanup_old_batches(t - 2000)
 
-    server = FlightEndpoint("receiver-tracker", "127.0.0.1", secret, m.TRACKER_MESSAGES, handle)
+    server = FlightEndpoint(
+        "receiver-tracker", "127.0.0.1", secret, m.TRACKER_MESSAGES, tracker.handle
+    )
     threading.Thread(target=batches, daemon=True).start()
     conn.send(server.address)
     while True:
         cmd = conn.recv()
         if cmd == "stats":
-            with lock:
-                conn.send(sum(c[1] for c in counts.values()))
+            conn.send(sum(r.blocks for r in tracker.receiver_statuses()))
         else:
             stop.set()
             server.close()
+            outbox.close()
+            bus.stop()
             conn.send("bye")
             return
 
@@ -258,7 +264,8 @@ def _client_main(
 
     clients = [EndpointClient(address, secret, timeout_s=30) for _ in streams]
     for c, sid in zip(clients, streams, strict=True):
-        ok = c.call(m.RegisterReceiver(sid, "BenchReceiver", "127.0.0.1", "bench", "127.0.0.1:1"))
+        endpoint = f"127.0.0.1:{10_000 + sid}"  # never called: the bench sends no commands
+        ok = c.call(m.RegisterReceiver(sid, "BenchReceiver", "127.0.0.1", "bench", endpoint))
         if ok is not True:
             raise RuntimeError(f"registration of {sid} refused")
     session = int(time.time() * 1000)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,10 +20,11 @@ from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
 from spark_receivers.driver.progress import ProgressRecorder
+from spark_receivers.driver.receiver_launcher import check_local_cores
 from spark_receivers.driver.shutdown_hook import SigtermHook
 from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.stream_graph import StreamGraph
-from spark_receivers.errors import CheckpointError, ConfigError, SparkReceiversError, StateError
+from spark_receivers.errors import ConfigError, SparkReceiversError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.transport import local_bind_host
@@ -150,16 +150,7 @@ class StreamingContext:
             ssc.start()
         """
         store = CheckpointStore(checkpoint_dir)
-        try:
-            checkpoint = store.read()
-        except CheckpointError:
-            if not create_on_error:
-                raise
-            moved = store.quarantine()
-            log.warning(
-                "corrupt checkpoint in %s moved to %s; starting afresh", checkpoint_dir, moved
-            )
-            checkpoint = None
+        checkpoint = store.recover(create_on_error)
         ssc = create_fn()
         if not isinstance(ssc, StreamingContext):
             msg = f"create_fn must return a StreamingContext, got {type(ssc).__name__}"
@@ -235,7 +226,7 @@ class StreamingContext:
             if not self._graph.has_outputs and not self._graph.structured_ids:
                 msg = "no output operation: call foreach_batch(...) on a stream before start()"
                 raise StateError(msg)
-            self._check_cores()
+            check_local_cores(self._spark_conf.get("spark.master", ""), len(self._graph.inputs))
             self._scheduler = JobScheduler(
                 self.spark,
                 self._graph,
@@ -324,16 +315,3 @@ class StreamingContext:
         if self._state is not state:
             msg = f"cannot {action}: the streaming context is {self._state.name}, not {state.name}"
             raise StateError(msg)
-
-    def _check_cores(self) -> None:
-        master = self._spark_conf.get("spark.master", "")
-        m = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", master)
-        cores = 1 if master == "local" else int(m.group(1)) if m else None
-        n = len(self._graph.inputs)
-        if cores is not None and cores <= n:
-            msg = (
-                f"master {master!r} has {cores} core(s) but {n} receiver(s): each "
-                "receiver holds a core for good, so no batch could run; "
-                f"use local[{n + 2}]"
-            )
-            raise ConfigError(msg)

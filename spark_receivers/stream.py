@@ -5,15 +5,28 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
-    from spark_receivers.driver.stream_graph import StreamGraph
     from spark_receivers.receiver.receiver import Receiver
 
 BatchFunction = Callable[["DataFrame", int], None]
+
+
+class StreamGraph(Protocol):
+    """What a stream asks of its graph (``driver/stream_graph.StreamGraph``)."""
+
+    spark: SparkSession
+
+    def add_output(self, stream: DataFrameStream, fn: BatchFunction, name: str) -> None:
+        """Register an output operation on ``stream``."""
+        ...
+
+    def source_options(self, stream_id: int) -> dict[str, str]:
+        """The ``spark.readStream`` options of a structured stream."""
+        ...
 
 
 class DataFrameStream:

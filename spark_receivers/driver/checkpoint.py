@@ -203,3 +203,20 @@ class CheckpointStore:
             log.warning("could not move the corrupt checkpoint %s aside", self.path, exc_info=True)
             return None
         return target
+
+    def recover(self, create_on_error: bool = False) -> Checkpoint | None:
+        """The checkpoint to restart from, or None for a fresh start.
+
+        A corrupt checkpoint raises :class:`CheckpointError`, or, with
+        ``create_on_error``, is moved aside (logged) for a fresh start.
+        """
+        try:
+            return self.read()
+        except CheckpointError:
+            if not create_on_error:
+                raise
+            moved = self.quarantine()
+            log.warning(
+                "corrupt checkpoint in %s moved to %s; starting afresh", self.checkpoint_dir, moved
+            )
+            return None

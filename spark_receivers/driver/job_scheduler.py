@@ -175,7 +175,6 @@ class JobScheduler:
         self.receiver_tracker = ReceiverTracker(
             graph.receivers,
             self.block_tracker,
-            cfg,
             self._bus,
             self.launcher,
             self._outbox,

@@ -24,24 +24,67 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, TaskLocation
-from spark_receivers.errors import ReceiverError
+from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function
 from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
 
-    from spark_receivers.driver.receiver_tracker import ReceiverJobs
-
 log = logging.getLogger(__name__)
+
+
+class ReceiverJobs(Protocol):
+    """What a launcher asks of the tracker around each job it runs for a receiver."""
+
+    def job_starting(self, stream_id: int) -> Sequence[TaskLocation] | None:
+        """Count a launch; return where the job should run (None: do not launch)."""
+        ...
+
+    def job_ended(self, stream_id: int, failure: str, detail: str = "") -> None:
+        """The job ended (``failure``: '' or one line; ``detail``: its full traceback)."""
+        ...
+
+    def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
+        """Reschedule after a job ended; None when the tracker is stopping."""
+        ...
+
+
+class Launcher(Protocol):
+    """Runs receiver jobs for the tracker; on Spark, a :class:`ReceiverLauncher`."""
+
+    def alive_executors(self) -> list[ExecutorCacheTaskLocation]:
+        """The executors alive now."""
+        ...
+
+    def launch(self, stream_id: int, jobs: ReceiverJobs) -> None:
+        """Start running the receiver's job, again each time it ends, until stopped."""
+        ...
 
 
 def is_local_master(master: str) -> bool:
     """True for ``local``/``local[N]``/``local[*]`` (one process, executor "driver")."""
     return master == "local" or master.startswith("local[")
+
+
+def check_local_cores(master: str, receivers: int) -> None:
+    """Refuse a ``local[N]`` master whose N cores the receivers would all hold.
+
+    Each receiver's task holds a core for as long as it runs: with N <= receivers
+    no batch could ever run. Raises :class:`ConfigError` saying what to use.
+    """
+    m = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", master)
+    cores = 1 if master == "local" else int(m.group(1)) if m else None
+    if cores is not None and cores <= receivers:
+        msg = (
+            f"master {master!r} has {cores} core(s) but {receivers} receiver(s): each "
+            "receiver holds a core for good, so no batch could run; "
+            f"use local[{receivers + 2}]"
+        )
+        raise ConfigError(msg)
 
 
 def expected_executors(sc: SparkContext) -> int:

@@ -28,18 +28,17 @@ registrations refused) → ``STOPPED``.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from spark_receivers.config import StreamingConfig
 from spark_receivers.driver import tracker_commands as cmd
-from spark_receivers.driver.listener import ListenerBus, ReceiverInfo
+from spark_receivers.driver.listener import ListenerBus
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.receiver_launcher import Launcher, ReceiverJobs
 from spark_receivers.driver.receiver_outbox import ReceiverOutbox
 from spark_receivers.driver.scheduling_policy import (
     ExecutorCacheTaskLocation,
@@ -49,6 +48,7 @@ from spark_receivers.driver.scheduling_policy import (
     TaskLocation,
 )
 from spark_receivers.driver.status import ReceiverStatus
+from spark_receivers.driver.tracked_receiver import TrackedReceiver
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -68,46 +68,6 @@ class TrackerState(enum.Enum):
     STOPPED = 3
 
 
-class ReceiverJobs(Protocol):
-    """What a launcher asks of the tracker around each job it runs for a receiver."""
-
-    def job_starting(self, stream_id: int) -> Sequence[TaskLocation] | None:
-        """Count a launch; return where the job should run (None: do not launch)."""
-        ...
-
-    def job_ended(self, stream_id: int, failure: str, detail: str = "") -> None:
-        """The job ended (``failure``: '' or one line; ``detail``: its full traceback)."""
-        ...
-
-    def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
-        """Reschedule after a job ended; None when the tracker is stopping."""
-        ...
-
-
-class Launcher(Protocol):
-    """Runs receiver jobs; on Spark, a ``driver/receiver_launcher.ReceiverLauncher``."""
-
-    def alive_executors(self) -> list[ExecutorCacheTaskLocation]:
-        """The executors alive now."""
-        ...
-
-    def launch(self, stream_id: int, jobs: ReceiverJobs) -> None:
-        """Start running the receiver's job, again each time it ends, until stopped."""
-        ...
-
-
-@dataclasses.dataclass
-class _Receiver:
-    receiver: Receiver
-    info: ReceiverTrackingInfo
-    host: str | None = None
-    error: str = ""
-    records: int = 0
-    blocks: int = 0
-    jobs: int = 0
-    rate_limit: float | None = None
-
-
 class ReceiverTracker:
     """Places, watches and stops the receivers; see the module doc. Thread-safe.
 
@@ -120,7 +80,6 @@ class ReceiverTracker:
         self,
         receivers: Sequence[Receiver],
         block_tracker: ReceivedBlockTracker,
-        config: StreamingConfig,
         bus: ListenerBus,
         launcher: Launcher,
         outbox: ReceiverOutbox,
@@ -129,7 +88,6 @@ class ReceiverTracker:
         check_wal_handle: Callable[[m.ReceivedBlockInfo], None] | None = None,
     ) -> None:
         self._block_tracker = block_tracker
-        self._config = config
         self._bus = bus
         self._launcher = launcher
         self._outbox = outbox
@@ -138,12 +96,7 @@ class ReceiverTracker:
         self._check_wal_handle = check_wal_handle
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._receivers = {
-            r.stream_id: _Receiver(
-                r, ReceiverTrackingInfo(r.stream_id, ReceiverState.INACTIVE, None, None, r.name)
-            )
-            for r in receivers
-        }
+        self._receivers = {r.stream_id: TrackedReceiver.of(r) for r in receivers}
         self._endpoints: set[str] = set()
         """Every supervisor endpoint that registered: they may still serve blocks."""
         self._state = TrackerState.INITIALIZED
@@ -175,7 +128,7 @@ class ReceiverTracker:
         )
         with self._lock:
             for sid, locations in placement.items():
-                self._schedule(self._receivers[sid], locations)
+                self._receivers[sid].schedule(locations)
         for sid in placement:
             self._launcher.launch(sid, self)
 
@@ -200,9 +153,7 @@ class ReceiverTracker:
         """Wait until no receiver is ACTIVE (they deregistered); False on timeout."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: all(
-                    r.info.state is not ReceiverState.ACTIVE for r in self._receivers.values()
-                ),
+                lambda: all(r.state is not ReceiverState.ACTIVE for r in self._receivers.values()),
                 timeout_s,
             )
 
@@ -217,7 +168,7 @@ class ReceiverTracker:
         """The final state: nothing is answered any more; idempotent."""
         with self._lock:
             still_active = [
-                s for s, r in self._receivers.items() if r.info.state is ReceiverState.ACTIVE
+                s for s, r in self._receivers.items() if r.state is ReceiverState.ACTIVE
             ]
             self._state = TrackerState.STOPPED
             self._changed.notify_all()
@@ -244,7 +195,7 @@ class ReceiverTracker:
                     return [
                         s
                         for s, r in self._receivers.items()
-                        if r.info.state is not ReceiverState.INACTIVE
+                        if r.state is not ReceiverState.INACTIVE
                     ]
             case cmd.GetAllReceiverInfo():
                 return self.tracking_infos()
@@ -256,7 +207,7 @@ class ReceiverTracker:
         with self._lock:
             r = self._receivers[stream_id]
             r.rate_limit = float(rate)
-            endpoint = r.info.endpoint if r.info.state is ReceiverState.ACTIVE else None
+            endpoint = r.active_endpoint
         if endpoint is not None:
             self._outbox.send(endpoint, m.UpdateRateLimit(float(rate)))
 
@@ -295,12 +246,10 @@ class ReceiverTracker:
         """
         with self._lock:
             r = self._receivers[stream_id]
-            vanished = r.info.state is ReceiverState.ACTIVE
+            vanished = r.state is ReceiverState.ACTIVE
             executor = r.info.running_executor
             if vanished or failure:
-                r.info = dataclasses.replace(
-                    r.info, state=ReceiverState.INACTIVE, running_executor=None
-                )
+                r.deactivate()
                 self._changed.notify_all()
         if vanished or failure:
             # The receiver did not deregister: its task or executor died.
@@ -330,25 +279,14 @@ class ReceiverTracker:
                 locations: Sequence[TaskLocation] = old
             else:
                 # Not weighing against itself: INACTIVE with no locations, then reschedule.
-                r.info = dataclasses.replace(
-                    r.info,
-                    state=ReceiverState.INACTIVE,
-                    scheduled_locations=None,
-                    running_executor=None,
-                )
+                r.unschedule()
                 infos = {s: x.info for s, x in self._receivers.items()}
                 locations = self._policy.reschedule_receiver(
                     stream_id, r.receiver.preferred_location, infos, executors
                 )
-            self._schedule(r, locations)
+            r.schedule(locations)
         log.info("restarting receiver %d on %s", stream_id, [str(loc) for loc in locations])
         return locations
-
-    def _schedule(self, r: _Receiver, locations: Sequence[TaskLocation]) -> None:
-        state = ReceiverState.SCHEDULED if locations else ReceiverState.INACTIVE
-        r.info = dataclasses.replace(
-            r.info, state=state, scheduled_locations=tuple(locations) or None, running_executor=None
-        )
 
     # --- the endpoint (gRPC threads) ------------------------------------------------
 
@@ -371,7 +309,7 @@ class ReceiverTracker:
         msg = f"unexpected message {message!r:.100}"
         raise RpcError(msg)
 
-    def _known(self, stream_id: int) -> _Receiver:
+    def _known(self, stream_id: int) -> TrackedReceiver:
         r = self._receivers.get(stream_id)
         if r is None:
             msg = f"unknown stream id {stream_id}; known: {sorted(self._receivers)}"
@@ -424,16 +362,10 @@ class ReceiverTracker:
                     [str(loc) for loc in allowed],
                 )
                 return False
-            r.info = dataclasses.replace(
-                r.info,
-                state=ReceiverState.ACTIVE,
-                running_executor=ExecutorCacheTaskLocation(msg_.host, msg_.executor_id),
-                endpoint=msg_.endpoint,
-            )
-            r.host = msg_.host
+            r.activate(msg_.host, msg_.executor_id, msg_.endpoint)
             self._endpoints.add(msg_.endpoint)
             rate = r.rate_limit
-            started = self._receiver_info(r)
+            started = r.to_info()
             self._changed.notify_all()
         log.info(
             "registered receiver %d at %s on executor %s",
@@ -450,15 +382,10 @@ class ReceiverTracker:
     def _deregister(self, stream_id: int, text: str, error: str) -> bool:
         r = self._known(stream_id)
         with self._lock:
-            r.info = dataclasses.replace(
-                r.info, state=ReceiverState.INACTIVE, running_executor=None
-            )
+            r.deactivate()
             if error:
-                r.info = dataclasses.replace(
-                    r.info, error_message=text, error_time_ms=self._clock.get_time_ms()
-                )
-                r.error = error
-            stopped = self._receiver_info(r)
+                r.record_error(text, error, self._clock.get_time_ms())
+            stopped = r.to_info()
             self._changed.notify_all()
         log.info("receiver %d deregistered: %s", stream_id, text)
         self._bus.post("on_receiver_stopped", stopped)
@@ -467,11 +394,8 @@ class ReceiverTracker:
     def _record_error(self, stream_id: int, message: str, error: str) -> None:
         with self._lock:
             r = self._receivers[stream_id]
-            r.info = dataclasses.replace(
-                r.info, error_message=message, error_time_ms=self._clock.get_time_ms()
-            )
-            r.error = error
-            info = self._receiver_info(r)
+            r.record_error(message, error, self._clock.get_time_ms())
+            info = r.to_info()
         log.warning("receiver %d: %s", stream_id, message)
         if error:
             log.info("receiver %d error detail:\n%s", stream_id, error)
@@ -479,58 +403,14 @@ class ReceiverTracker:
 
     def _active_endpoints(self) -> list[str]:
         """Under the lock: the endpoints of the ACTIVE receivers."""
-        return [
-            r.info.endpoint
-            for r in self._receivers.values()
-            if r.info.state is ReceiverState.ACTIVE and r.info.endpoint
-        ]
+        return [e for e in (r.active_endpoint for r in self._receivers.values()) if e]
 
     # --- views ------------------------------------------------------------------
-
-    def _receiver_info(self, r: _Receiver) -> ReceiverInfo:
-        executor = r.info.running_executor
-        return ReceiverInfo(
-            stream_id=r.info.receiver_id,
-            name=r.receiver.name,
-            active=r.info.state is ReceiverState.ACTIVE,
-            location=r.host,
-            executor_id=executor.executor_id if executor else None,
-            last_error_message=r.info.error_message or "",
-            last_error=r.error,
-            last_error_time_ms=r.info.error_time_ms if r.info.error_time_ms is not None else -1,
-        )
-
-    def receiver_infos(self) -> dict[int, ReceiverInfo]:
-        """What the driver knows of every receiver, for listeners and progress."""
-        with self._lock:
-            return {s: self._receiver_info(r) for s, r in self._receivers.items()}
 
     def receiver_statuses(self) -> list[ReceiverStatus]:
         """A typed snapshot of every receiver, by stream id."""
         with self._lock:
-            return [
-                ReceiverStatus(
-                    stream_id=s,
-                    name=r.receiver.name,
-                    state=r.info.state.name,
-                    executor_id=r.info.running_executor.executor_id
-                    if r.info.running_executor
-                    else None,
-                    host=r.host,
-                    endpoint=r.info.endpoint,
-                    records=r.records,
-                    blocks=r.blocks,
-                    jobs=r.jobs,
-                    scheduled_locations=tuple(str(x) for x in r.info.scheduled_locations or ()),
-                    rate_limit=r.rate_limit,
-                    last_error_message=r.info.error_message or "",
-                    last_error=r.error,
-                    last_error_time_ms=r.info.error_time_ms
-                    if r.info.error_time_ms is not None
-                    else -1,
-                )
-                for s, r in sorted(self._receivers.items())
-            ]
+            return [r.to_status() for _, r in sorted(self._receivers.items())]
 
     def tracking_infos(self) -> dict[int, ReceiverTrackingInfo]:
         """Scheduling state of every receiver."""
@@ -540,7 +420,7 @@ class ReceiverTracker:
     def receiver_states(self) -> dict[int, ReceiverState]:
         """The state of every receiver."""
         with self._lock:
-            return {s: r.info.state for s, r in self._receivers.items()}
+            return {s: r.state for s, r in self._receivers.items()}
 
     def records_received(self, stream_id: int | None = None) -> int:
         """Records in blocks accepted so far (of one stream, or of all)."""
@@ -548,11 +428,6 @@ class ReceiverTracker:
             if stream_id is not None:
                 return self._receivers[stream_id].records
             return sum(r.records for r in self._receivers.values())
-
-    def jobs_launched(self, stream_id: int) -> int:
-        """How many jobs were launched for a receiver (1 + its restarts)."""
-        with self._lock:
-            return self._receivers[stream_id].jobs
 
 
 def _accepts(location: TaskLocation, host: str, executor_id: str) -> bool:

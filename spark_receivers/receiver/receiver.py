@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -13,10 +13,56 @@ from spark_receivers.receiver.bad_records import BadRecordPolicy, DeadLetterWrit
 from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA, is_block_data
 
-if TYPE_CHECKING:
-    from spark_receivers.receiver.supervisor import ReceiverSupervisor
-
 log = logging.getLogger(__name__)
+
+
+class ReceiverSupervisor(Protocol):
+    """What a receiver asks of the supervisor running it (``receiver/supervisor.py``).
+
+    Test harnesses implement it too, to run a receiver without Spark.
+    """
+
+    add_text: Any
+    """``add_text(str)`` for one record of the default schema, or None (no fast path)."""
+    rate_limiter: Any
+
+    def add_record(
+        self, record: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
+    ) -> None:
+        """Store one record."""
+        ...
+
+    def add_records(
+        self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
+    ) -> None:
+        """Store many records."""
+        ...
+
+    def push_table(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
+        """Store an Arrow/pandas block."""
+        ...
+
+    def restart_receiver(
+        self, message: str, error: BaseException | None, delay_ms: int | None
+    ) -> None:
+        """Stop the receiver, wait, start it again."""
+        ...
+
+    def stop(self, message: str, error: BaseException | None = None) -> None:
+        """Stop for good."""
+        ...
+
+    def report_error(self, message: str, error: BaseException | None) -> None:
+        """Tell the driver about an error."""
+        ...
+
+    def is_receiver_started(self) -> bool:
+        """True while the receiver runs."""
+        ...
+
+    def is_receiver_stopped(self) -> bool:
+        """True once it stopped (or during a restart's delay)."""
+        ...
 
 
 class Receiver:

@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from spark_receivers.config import StreamingConfig
 from spark_receivers.driver import tracker_commands as cmd
 from spark_receivers.driver.listener import ListenerBus, ReceiverInfo, StreamingListener
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
@@ -104,7 +103,6 @@ def parts():
     tracker = ReceiverTracker(
         receivers(),
         blocks,
-        StreamingConfig(),
         bus,
         launcher,
         outbox,
@@ -189,7 +187,6 @@ def test_a_wal_handle_is_vetted_by_the_check_it_was_given():
     tracker = ReceiverTracker(
         receivers(1),
         ReceivedBlockTracker([0]),
-        StreamingConfig(),
         ListenerBus(),
         FakeLauncher(),  # type: ignore[arg-type]
         RecordingOutbox(),  # type: ignore[arg-type]
@@ -223,7 +220,8 @@ def test_restart_bookkeeping_keeps_a_live_executor_and_moves_off_a_dead_one(part
     # Its executor is alive: it goes back there.
     assert tracker.restart_receiver(0) == list(first)
     assert tracker.job_starting(0) == list(first)
-    assert tracker.jobs_launched(0) == 2 and tracker.receiver_statuses()[0].restarts == 1
+    assert tracker.receiver_statuses()[0].jobs == 2
+    assert tracker.receiver_statuses()[0].restarts == 1
     # Its executor is gone: rescheduled on what is alive.
     launcher.executors = [E2] if first[0] == E1 else [E1]
     assert tracker.restart_receiver(0) == launcher.executors
@@ -318,7 +316,6 @@ def test_a_receiver_that_never_answers_does_not_delay_add_block_from_others():
     tracker = ReceiverTracker(
         receivers(),
         ReceivedBlockTracker([0, 1]),
-        StreamingConfig(),
         ListenerBus(),
         FakeLauncher(),  # type: ignore[arg-type]
         outbox,

@@ -1,0 +1,133 @@
+"""What the receiver tracker keeps about one receiver, and the changes it goes through.
+
+Not thread-safe on its own: the :class:`~spark_receivers.driver.receiver_tracker.ReceiverTracker`
+holds its lock around every call. The scheduling part of the state is Spark's
+:class:`ReceiverTrackingInfo` (an immutable snapshot replaced on every change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from spark_receivers.driver.listener import ReceiverInfo
+from spark_receivers.driver.scheduling_policy import (
+    ExecutorCacheTaskLocation,
+    ReceiverState,
+    ReceiverTrackingInfo,
+    TaskLocation,
+)
+from spark_receivers.driver.status import ReceiverStatus
+from spark_receivers.receiver.receiver import Receiver
+
+__all__ = ["TrackedReceiver"]
+
+
+@dataclasses.dataclass
+class TrackedReceiver:
+    """One receiver as the driver tracks it: placement, registration, counts, last error."""
+
+    receiver: Receiver
+    info: ReceiverTrackingInfo
+    host: str | None = None
+    error: str = ""
+    """The last error with its traceback."""
+    records: int = 0
+    blocks: int = 0
+    jobs: int = 0
+    rate_limit: float | None = None
+
+    @classmethod
+    def of(cls, receiver: Receiver) -> TrackedReceiver:
+        """A receiver not yet scheduled."""
+        return cls(
+            receiver,
+            ReceiverTrackingInfo(
+                receiver.stream_id, ReceiverState.INACTIVE, None, None, receiver.name
+            ),
+        )
+
+    @property
+    def state(self) -> ReceiverState:
+        """INACTIVE, SCHEDULED or ACTIVE."""
+        return self.info.state
+
+    @property
+    def active_endpoint(self) -> str | None:
+        """Its supervisor's endpoint while it is ACTIVE."""
+        return self.info.endpoint if self.info.state is ReceiverState.ACTIVE else None
+
+    def schedule(self, locations: Sequence[TaskLocation]) -> None:
+        """SCHEDULED on ``locations`` (INACTIVE when there are none)."""
+        state = ReceiverState.SCHEDULED if locations else ReceiverState.INACTIVE
+        self.info = dataclasses.replace(
+            self.info,
+            state=state,
+            scheduled_locations=tuple(locations) or None,
+            running_executor=None,
+        )
+
+    def unschedule(self) -> None:
+        """INACTIVE with no locations (so that rescheduling does not weigh it)."""
+        self.info = dataclasses.replace(
+            self.info, state=ReceiverState.INACTIVE, scheduled_locations=None, running_executor=None
+        )
+
+    def activate(self, host: str, executor_id: str, endpoint: str) -> None:
+        """ACTIVE: it registered from ``executor_id`` and serves at ``endpoint``."""
+        self.info = dataclasses.replace(
+            self.info,
+            state=ReceiverState.ACTIVE,
+            running_executor=ExecutorCacheTaskLocation(host, executor_id),
+            endpoint=endpoint,
+        )
+        self.host = host
+
+    def deactivate(self) -> None:
+        """INACTIVE: it stopped, or its task ended."""
+        self.info = dataclasses.replace(
+            self.info, state=ReceiverState.INACTIVE, running_executor=None
+        )
+
+    def record_error(self, message: str, error: str, time_ms: int) -> None:
+        """Remember the last error: one line, and the whole text with its traceback."""
+        self.info = dataclasses.replace(self.info, error_message=message, error_time_ms=time_ms)
+        self.error = error
+
+    def to_info(self) -> ReceiverInfo:
+        """The listener view."""
+        executor = self.info.running_executor
+        return ReceiverInfo(
+            stream_id=self.info.receiver_id,
+            name=self.receiver.name,
+            active=self.info.state is ReceiverState.ACTIVE,
+            location=self.host,
+            executor_id=executor.executor_id if executor else None,
+            last_error_message=self.info.error_message or "",
+            last_error=self.error,
+            last_error_time_ms=_or_minus_one(self.info.error_time_ms),
+        )
+
+    def to_status(self) -> ReceiverStatus:
+        """The status view."""
+        executor = self.info.running_executor
+        return ReceiverStatus(
+            stream_id=self.info.receiver_id,
+            name=self.receiver.name,
+            state=self.info.state.name,
+            executor_id=executor.executor_id if executor else None,
+            host=self.host,
+            endpoint=self.info.endpoint,
+            records=self.records,
+            blocks=self.blocks,
+            jobs=self.jobs,
+            scheduled_locations=tuple(str(x) for x in self.info.scheduled_locations or ()),
+            rate_limit=self.rate_limit,
+            last_error_message=self.info.error_message or "",
+            last_error=self.error,
+            last_error_time_ms=_or_minus_one(self.info.error_time_ms),
+        )
+
+
+def _or_minus_one(value: int | None) -> int:
+    return -1 if value is None else value
