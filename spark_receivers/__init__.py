@@ -25,6 +25,7 @@ from spark_receivers.errors import (
 )
 from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers import (
     FileTailReceiver,
     GeneratorReceiver,
@@ -67,6 +68,7 @@ __all__ = [
     "StreamingError",
     "StreamingListener",
     "StructuredReceiverStream",
+    "ThreadedReceiver",
     "WriteAheadLogError",
     "__version__",
 ]

@@ -29,13 +29,12 @@ import logging
 import os
 import stat
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from spark_receivers.errors import ConfigError
-from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def _key(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}"
 
 
-class FileTailReceiver(Receiver):
+class FileTailReceiver(ThreadedReceiver):
     r"""Stores every complete line appended to the files of ``directory`` matching ``pattern``.
 
     ``start_at="end"`` skips what the files hold when the receiver first starts
@@ -71,10 +70,17 @@ class FileTailReceiver(Receiver):
     ``max_record_bytes`` is skipped and reported. Hidden files (``.name``) are
     ignored unless ``pattern`` starts with a dot.
 
+    A failure (the offsets cannot be saved, a store fails) restarts the
+    receiver with the backoff of :class:`ThreadedReceiver`; it goes on from
+    the saved offsets.
+
     Thread contract: one polling thread (``file-tail-<stream>``) reads and
     stores; it waits on an event between polls, so ``on_stop`` returns within
-    one store.
+    one store. The followed files are opened and closed on that thread only.
     """
+
+    thread_name_prefix = "file-tail"
+    transient_attrs = ("_files",)
 
     def __init__(
         self,
@@ -116,20 +122,11 @@ class FileTailReceiver(Receiver):
         self.finish_after_ms = finish_after_ms
         self.lines_stored = 0
         self.bad_records = 0
+        self.reset_runtime()
+
+    def reset_runtime(self) -> None:
+        """Forget the followed files (a run starts from the saved offsets)."""
         self._files: dict[str, _Followed] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_files"] = {}
-        state["_stop"] = None
-        state["_thread"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._stop = threading.Event()
 
     @property
     def offsets_path(self) -> str:
@@ -137,26 +134,23 @@ class FileTailReceiver(Receiver):
         name = self.offsets_name or f"stream-{self.stream_id}.json"
         return os.path.join(self.offsets_dir, name)
 
-    # --- lifecycle ----------------------------------------------------------
+    # --- the polling thread ------------------------------------------------
 
-    def on_start(self) -> None:
-        """Load the saved offsets and start the polling thread."""
-        self._stop = threading.Event()
-        self._files = {}
-        self._thread = threading.Thread(
-            target=self._run, name=f"file-tail-{self.stream_id}", daemon=True
-        )
-        self._thread.start()
+    def receive(self) -> None:
+        """Load the saved offsets, then poll every ``poll_interval_ms`` until stopped."""
+        try:
+            first_start = self._load_offsets()
+            self._poll(skip_existing=first_start and self.start_at == "end")
+            self.mark_healthy()
+            while not self.wait(self.poll_interval_ms / 1000.0):
+                self._poll()
+                self.mark_healthy()
+        finally:
+            self._close_all()
 
-    def on_stop(self) -> None:
-        """Stop polling, wait for the thread, close the files."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(30)
-            if thread.is_alive():
-                log.warning("receiver %d: file tail thread did not stop", self.stream_id)
-        self._close_all()
+    def describe(self) -> str:
+        """``tailing <directory>``, as restart messages name the work."""
+        return f"tailing {self.directory}"
 
     def _close_all(self) -> None:
         for f in self._files.values():
@@ -164,21 +158,6 @@ class FileTailReceiver(Receiver):
                 with contextlib.suppress(OSError):
                     f.handle.close()
                 f.handle = None
-
-    def _run(self) -> None:
-        try:
-            first_start = self._load_offsets()
-            self._poll(skip_existing=first_start and self.start_at == "end")
-            while not self._stop.wait(self.poll_interval_ms / 1000.0):
-                self._poll()
-        except Exception as e:
-            if self._stop.is_set() or self.is_stopped():
-                log.info("receiver %d: stopped while tailing: %s", self.stream_id, e)
-                return
-            log.exception("receiver %d: tailing %s failed", self.stream_id, self.directory)
-            self.restart(f"tailing {self.directory} failed: {e}", e)
-        finally:
-            self._close_all()
 
     # --- offsets --------------------------------------------------------------
 
@@ -255,7 +234,7 @@ class FileTailReceiver(Receiver):
             key=lambda f: (self._matches(found[f.key][0]) if f.key in found else False, f.path),
         )
         for followed in order:
-            if self._stop.is_set():
+            if self.stopping:
                 return
             changed |= self._follow(followed, found.get(followed.key))
         if changed:
@@ -292,7 +271,7 @@ class FileTailReceiver(Receiver):
             f.last_change = time.monotonic()
             self._save_offsets()
         progressed = False
-        while size > f.offset and not self._stop.is_set():
+        while size > f.offset and not self.stopping:
             if not self._read_some(f, size):
                 break
             progressed = True

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import random
-import threading
 import time
 from typing import Any
 
 from spark_receivers.errors import ConfigError
-from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.line_source import VOCABULARY
-
-log = logging.getLogger(__name__)
 
 
 def generated_line(seq: int, tails: list[str]) -> str:
@@ -35,7 +31,7 @@ def make_tails(line_bytes: int, seed: int, count: int = 997) -> list[str]:
     return tails
 
 
-class GeneratorReceiver(Receiver):
+class GeneratorReceiver(ThreadedReceiver):
     """Stores ``<seq> word word ...`` lines (about ``line_bytes`` long), ``seq`` from 0.
 
     ``rate`` is in records/s (None: as fast as the pipeline takes them);
@@ -44,13 +40,17 @@ class GeneratorReceiver(Receiver):
     Records are stored as lists of up to ``chunk`` lines (one list per 10 ms
     tick when rate-limited), with ``reliable=True`` if ``reliable``. The same
     ``seed`` gives the same lines: :meth:`expected` lists them on the driver.
-    A restart goes on from the next number, never repeating one.
+    A restart goes on from the next number, never repeating one; a failed
+    store restarts it with the backoff of :class:`ThreadedReceiver`.
 
     Thread contract: one thread (``generator-receiver-<stream>``) stores;
     it waits on an event between ticks, so ``on_stop`` returns within one store.
     """
 
     TICK_S = 0.01
+    thread_name_prefix = "generator-receiver"
+    transient_attrs = ("_tails",)
+    _tails: list[str] | None = None
 
     def __init__(
         self,
@@ -83,20 +83,6 @@ class GeneratorReceiver(Receiver):
         self.chunk = chunk
         self.reliable = reliable
         self.records_generated = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._tails: list[str] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_stop"] = None
-        state["_thread"] = None
-        state["_tails"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._stop = threading.Event()
 
     def expected(self, n: int | None = None) -> list[str]:
         """The first ``n`` lines (default ``total``) this generator stores, in order."""
@@ -106,23 +92,6 @@ class GeneratorReceiver(Receiver):
             raise ConfigError(msg)
         tails = make_tails(self.line_bytes, self.seed)
         return [generated_line(i, tails) for i in range(count)]
-
-    def on_start(self) -> None:
-        """Start the generating thread."""
-        self._stop = threading.Event()
-        if self._tails is None:
-            self._tails = make_tails(self.line_bytes, self.seed)
-        self._thread = threading.Thread(
-            target=self._run, name=f"generator-receiver-{self.stream_id}", daemon=True
-        )
-        self._thread.start()
-
-    def on_stop(self) -> None:
-        """Stop generating and wait for the thread."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(30)
 
     def _chunk(self, n: int) -> list[str]:
         tails = self._tails
@@ -134,30 +103,31 @@ class GeneratorReceiver(Receiver):
     def _remaining(self) -> int | None:
         return None if self.total is None else self.total - self.records_generated
 
-    def _run(self) -> None:
-        try:
-            started = time.monotonic()
-            base = self.records_generated
-            while not self._stop.is_set():
-                remaining = self._remaining()
-                if remaining == 0:
-                    self._stop.wait()  # all generated: idle until stopped
-                    return
-                n = self.chunk
-                if self.rate is not None:
-                    due = int((time.monotonic() - started) * self.rate) + base
-                    n = min(n, due - self.records_generated)
-                    if n <= 0:
-                        self._stop.wait(self.TICK_S)
-                        continue
-                if remaining is not None:
-                    n = min(n, remaining)
-                lines = self._chunk(n)
-                self.store(lines, reliable=self.reliable)
-                self.records_generated += n
-        except Exception as e:
-            if self._stop.is_set() or self.is_stopped():
-                log.info("receiver %d: stopped while generating: %s", self.stream_id, e)
+    def receive(self) -> None:
+        """Store the lines, at ``rate``, until ``total`` or until stopped; then idle."""
+        if self._tails is None:
+            self._tails = make_tails(self.line_bytes, self.seed)
+        started = time.monotonic()
+        base = self.records_generated
+        while not self.stopping:
+            remaining = self._remaining()
+            if remaining == 0:
+                self.wait()  # all generated: idle until stopped
                 return
-            log.exception("receiver %d: generating failed", self.stream_id)
-            self.restart(f"generating failed: {e}", e)
+            n = self.chunk
+            if self.rate is not None:
+                due = int((time.monotonic() - started) * self.rate) + base
+                n = min(n, due - self.records_generated)
+                if n <= 0:
+                    self.wait(self.TICK_S)
+                    continue
+            if remaining is not None:
+                n = min(n, remaining)
+            lines = self._chunk(n)
+            self.store(lines, reliable=self.reliable)
+            self.records_generated += n
+            self.mark_healthy()
+
+    def describe(self) -> str:
+        """``generating``, as restart messages name the work."""
+        return "generating"

@@ -39,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import check_record, is_default
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -54,7 +54,7 @@ class BadRequestError(ReceiverError, ValueError):
     """A request body that cannot be stored; the message names the line."""
 
 
-class HttpReceiver(Receiver):
+class HttpReceiver(ThreadedReceiver):
     r"""Stores the lines POSTed to ``path``, answering 200 only once they are stored.
 
     ``host`` defaults to the executor's address (``SPARK_LOCAL_IP`` or the host
@@ -68,10 +68,17 @@ class HttpReceiver(Receiver):
     multi-column schema. With ``format="lines"`` every line is a record (a
     trailing newline does not make an empty record; ``\r\n`` ends a line too).
 
+    When the server fails (the port is taken, the loop dies), the receiver
+    restarts with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms``
+    caps it); the backoff resets once the server listens.
+
     Thread contract: ``on_start`` returns at once; the server runs on the thread
     ``http-receiver-<stream>``; ``on_stop`` closes the listening socket, lets the
     requests being stored finish (up to ``shutdown_timeout_s``) and returns.
     """
+
+    thread_name_prefix = "http-receiver"
+    transient_attrs = ("_loop", "_server_stop", "_pool", "_count_lock")
 
     def __init__(
         self,
@@ -90,7 +97,18 @@ class HttpReceiver(Receiver):
         max_backoff_ms: int = 30_000,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        for key, value in (
+            ("max_body_bytes", max_body_bytes),
+            ("max_store_wait_s", max_store_wait_s),
+            ("max_concurrent_stores", max_concurrent_stores),
+            ("shutdown_timeout_s", shutdown_timeout_s),
+        ):
+            if value <= 0:
+                msg = f"{key} must be > 0, got {value!r}"
+                raise ConfigError(msg)
+        # on_stop waits for the requests being stored, then for the loop to close
+        kwargs.setdefault("stop_timeout_s", shutdown_timeout_s + 5)
+        super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
         if format not in FORMATS:
             msg = f"format must be one of {FORMATS}, got {format!r}"
             raise ConfigError(msg)
@@ -110,15 +128,6 @@ class HttpReceiver(Receiver):
         if token is not None and not token:
             msg = "token must be a non-empty string or None, got ''"
             raise ConfigError(msg)
-        for key, value in (
-            ("max_body_bytes", max_body_bytes),
-            ("max_store_wait_s", max_store_wait_s),
-            ("max_concurrent_stores", max_concurrent_stores),
-            ("shutdown_timeout_s", shutdown_timeout_s),
-        ):
-            if value <= 0:
-                msg = f"{key} must be > 0, got {value!r}"
-                raise ConfigError(msg)
         if retry_after_s < 0:
             msg = f"retry_after_s must be >= 0, got {retry_after_s!r}"
             raise ConfigError(msg)
@@ -132,61 +141,49 @@ class HttpReceiver(Receiver):
         self.retry_after_s = retry_after_s
         self.shutdown_timeout_s = shutdown_timeout_s
         self.address_file = address_file
-        self.max_backoff_ms = max_backoff_ms
         self._token = token.encode() if token is not None else None
         self.bound_port: int | None = None
         self.records_stored = 0
         self.requests_refused = 0
-        self._failures = 0
-        self._reset_runtime()
+        self.reset_runtime()
 
-    def _reset_runtime(self) -> None:
+    def reset_runtime(self) -> None:
+        """No loop and no pool yet (the server thread makes them), not closing."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_event: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._server_stop: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
         self._in_flight = 0
         self._count_lock = threading.Lock()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        for key in ("_loop", "_stop_event", "_thread", "_pool", "_count_lock"):
-            state.pop(key, None)
-        return state
+    # --- the server thread ----------------------------------------------------
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset_runtime()
-
-    # --- lifecycle ----------------------------------------------------------
-
-    def on_start(self) -> None:
-        """Start the server's event loop thread (returns at once)."""
-        self._reset_runtime()
-        self._loop = asyncio.new_event_loop()
-        self._stop_event = asyncio.Event()
-        self._pool = ThreadPoolExecutor(
+    def receive(self) -> None:
+        """Run the server on an event loop of this thread until the receiver stops."""
+        loop = asyncio.new_event_loop()
+        pool = ThreadPoolExecutor(
             self.max_concurrent_stores, thread_name_prefix=f"http-receiver-{self.stream_id}-store"
         )
-        self._thread = threading.Thread(
-            target=self._serve, name=f"http-receiver-{self.stream_id}", daemon=True
-        )
-        self._thread.start()
+        self._loop, self._server_stop, self._pool = loop, asyncio.Event(), pool
+        asyncio.set_event_loop(loop)
+        try:
+            if not self.stopping:  # else interrupt() ran before the loop was set
+                loop.run_until_complete(self._run_server())
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            loop.close()
 
-    def on_stop(self) -> None:
-        """Refuse new requests (503), close the server, wait for its thread."""
+    def interrupt(self) -> None:
+        """Refuse new requests (503) and tell the server to close."""
         self._closing = True
-        loop, stop_event, thread = self._loop, self._stop_event, self._thread
-        if loop is not None and stop_event is not None:
+        loop, server_stop = self._loop, self._server_stop
+        if loop is not None and server_stop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
-                loop.call_soon_threadsafe(stop_event.set)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.shutdown_timeout_s + 5)
-            if thread.is_alive():
-                log.warning("receiver %d: HTTP server thread did not stop", self.stream_id)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+                loop.call_soon_threadsafe(server_stop.set)
+
+    def describe(self) -> str:
+        """``HTTP server``, as restart messages name the work."""
+        return "HTTP server"
 
     @property
     def bound_address(self) -> str | None:
@@ -202,23 +199,10 @@ class HttpReceiver(Receiver):
 
         return executor_host()
 
-    def _serve(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._run_server())
-        except Exception as e:
-            log.exception("receiver %d: HTTP server failed", self.stream_id)
-            if not self.is_stopped():
-                self.restart(f"HTTP server failed: {e}", e, self._backoff_ms())
-        finally:
-            loop.close()
-
     async def _run_server(self) -> None:
         from aiohttp import web
 
-        assert self._stop_event is not None
+        assert self._server_stop is not None
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post(self.path, self._handle)
         runner = web.AppRunner(
@@ -231,18 +215,17 @@ class HttpReceiver(Receiver):
             await site.start()
         except OSError as e:
             await runner.cleanup()
-            if not self.is_stopped():
-                self.restart(f"cannot listen on {host}:{self.port}: {e}", e, self._backoff_ms())
-            return
+            msg = f"cannot listen on {host}:{self.port}: {e}"
+            raise ReceiverError(msg) from e
         try:
             port = int(runner.addresses[0][1])
             self._write_address_file(host, port)
             self.bound_port = port  # published last: whoever sees it finds the file written
-            self._failures = 0
+            self.mark_healthy()
             log.info(
                 "receiver %d: HTTP server on http://%s:%d%s", self.stream_id, host, port, self.path
             )
-            await self._stop_event.wait()
+            await self._server_stop.wait()
         finally:
             self._closing = True
             await runner.cleanup()
@@ -260,10 +243,6 @@ class HttpReceiver(Receiver):
             message = f"cannot write address_file {self.address_file!r}: {e}"
             log.warning("receiver %d: %s", self.stream_id, message)
             self.report_error(message, e)
-
-    def _backoff_ms(self) -> int:
-        self._failures += 1
-        return int(min(500 * 2 ** min(self._failures - 1, 16), self.max_backoff_ms))
 
     # --- requests -------------------------------------------------------------
 

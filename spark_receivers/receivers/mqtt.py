@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError
-from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
@@ -46,7 +46,7 @@ class _Delivery:
     retain: bool
 
 
-class MqttReceiver(Receiver):
+class MqttReceiver(ThreadedReceiver):
     """Stores the payloads (UTF-8) of the messages published on ``topic``.
 
     ``topic`` may hold wildcards (``sensors/+/temp``, ``logs/#``). ``client_id``
@@ -56,10 +56,18 @@ class MqttReceiver(Receiver):
     among ``topic``, ``payload``, ``qos`` and ``retain``. A payload that is not
     UTF-8 is skipped, reported and acked.
 
+    A failure (the broker cannot be reached, a store fails) restarts the
+    receiver with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms``
+    caps it, and paho's own reconnect delay); the backoff resets on every
+    accepted connection.
+
     Thread contract: paho's network thread only queues messages; one thread
     (``mqtt-receiver-<stream>``) stores and acks them. ``on_stop`` disconnects
     and waits for it.
     """
+
+    thread_name_prefix = "mqtt-receiver"
+    transient_attrs = ("_client", "_client_lock", "_queue", "_subscribed")
 
     def __init__(
         self,
@@ -77,7 +85,7 @@ class MqttReceiver(Receiver):
         max_backoff_ms: int = 30_000,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
         if qos not in (0, 1, 2):
             msg = f"qos must be 0, 1 or 2, got {qos!r}"
             raise ConfigError(msg)
@@ -108,88 +116,54 @@ class MqttReceiver(Receiver):
         self.keepalive_s = keepalive_s
         self.max_batch = max_batch
         self.batch_wait_ms = batch_wait_ms
-        self.max_backoff_ms = max_backoff_ms
         self.records_stored = 0
         self.messages_acked = 0
         self.bad_records = 0
-        self._failures = 0
-        self._reset_runtime()
+        self.reset_runtime()
 
-    def _reset_runtime(self) -> None:
+    def reset_runtime(self) -> None:
+        """A new queue and subscription event, no client: each run connects anew."""
         self._client: mqtt.Client | None = None
+        self._client_lock = threading.Lock()  # exactly one of worker and interrupt disconnects
         self._queue: queue.Queue[_Delivery] = queue.Queue()
-        self._stop = threading.Event()
         self._subscribed = threading.Event()
-        self._thread: threading.Thread | None = None
         self._connection = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        for key in ("_client", "_queue", "_stop", "_subscribed", "_thread"):
-            state[key] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset_runtime()
 
     @property
     def client_name(self) -> str:
         """The MQTT client id (the key of the broker's persistent session)."""
         return self.client_id or f"spark-receivers-{self.stream_id}"
 
-    # --- lifecycle ----------------------------------------------------------
+    # --- the storing thread ---------------------------------------------------
 
-    def on_start(self) -> None:
-        """Start the connecting and storing thread."""
-        self._reset_runtime()
-        self._thread = threading.Thread(
-            target=self._run, name=f"mqtt-receiver-{self.stream_id}", daemon=True
-        )
-        self._thread.start()
-
-    def on_stop(self) -> None:
-        """Disconnect (unacked messages stay with the broker) and wait for the thread."""
-        self._stop.set()
-        client = self._client
-        if client is not None:
-            client.disconnect()
-            client.loop_stop()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(30)
-            if thread.is_alive():
-                log.warning("receiver %d: MQTT storing thread did not stop", self.stream_id)
-
-    def _backoff_ms(self) -> int:
-        self._failures += 1
-        return int(min(500 * 2 ** min(self._failures - 1, 16), self.max_backoff_ms))
-
-    def _run(self) -> None:
-        try:
-            client = self._connect()
+    def receive(self) -> None:
+        """Connect, then store and ack the queued messages in batches until stopped."""
+        client = self._connect()
+        client.loop_start()
+        with self._client_lock:
             self._client = client
-            client.loop_start()
-            if self._stop.is_set():  # on_stop ran before the client was published
-                client.disconnect()
-                client.loop_stop()
-                return
-            while not self._stop.is_set():
+        try:
+            while not self.stopping:  # also when interrupt() ran before _client was set
                 batch = self._next_batch()
                 if batch:
                     self._store_and_ack(client, batch)
-        except Exception as e:
-            if self._stop.is_set() or self.is_stopped():
-                log.info("receiver %d: stopped while receiving: %s", self.stream_id, e)
-                return
-            log.warning(
-                "receiver %d: MQTT %s:%s failed",
-                self.stream_id,
-                self.host,
-                self.port,
-                exc_info=True,
-            )
-            self.restart(f"MQTT broker {self.host}:{self.port} failed: {e}", e, self._backoff_ms())
+        finally:
+            self._disconnect()
+
+    def interrupt(self) -> None:
+        """Disconnect (unacked messages stay with the broker) and stop paho's thread."""
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.disconnect()
+            client.loop_stop()
+
+    def describe(self) -> str:
+        """``MQTT broker <host>:<port>``, as restart messages name the work."""
+        return f"MQTT broker {self.host}:{self.port}"
 
     def _connect(self) -> mqtt.Client:
         import paho.mqtt.client as mqtt
@@ -221,7 +195,7 @@ class MqttReceiver(Receiver):
             return
         self._connection += 1
         self._subscribed.clear()
-        self._failures = 0
+        self.mark_healthy()
         log.info(
             "receiver %d: connected to %s:%s (session present: %s)",
             self.stream_id,
@@ -249,7 +223,7 @@ class MqttReceiver(Receiver):
     def _on_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any
     ) -> None:
-        if not self._stop.is_set():
+        if not self.stopping:
             log.warning(
                 "receiver %d: disconnected from %s:%s: %s; reconnecting",
                 self.stream_id,

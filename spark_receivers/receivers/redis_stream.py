@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 if TYPE_CHECKING:
     import redis
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str] | None]
 
 
-class RedisStreamReceiver(Receiver):
+class RedisStreamReceiver(ThreadedReceiver):
     """Stores the entries of Redis stream ``stream`` read as ``consumer`` of ``group``.
 
     The group is created when missing (``MKSTREAM``), positioned at
@@ -49,9 +48,15 @@ class RedisStreamReceiver(Receiver):
     multi-column schema. An entry without ``field`` is skipped, reported and
     acked (it would never fit).
 
+    A failure (the server is unreachable, a store fails) restarts the receiver
+    with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms`` caps it);
+    the backoff resets once a read succeeds.
+
     Thread contract: one thread (``redis-stream-<stream>``) reads, stores and
     acks; ``on_stop`` waits for it, at most about ``block_ms`` plus one store.
     """
+
+    thread_name_prefix = "redis-stream"
 
     def __init__(
         self,
@@ -68,11 +73,13 @@ class RedisStreamReceiver(Receiver):
         max_backoff_ms: int = 30_000,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
         for key, value in (("batch", batch), ("block_ms", block_ms)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 msg = f"{key} must be an integer > 0, got {value!r}"
                 raise ConfigError(msg)
+        # on_stop waits out one blocking XREADGROUP plus one store
+        kwargs.setdefault("stop_timeout_s", block_ms / 1000.0 + 30)
+        super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
         if claim_min_idle_ms < 0:
             msg = f"claim_min_idle_ms must be >= 0, got {claim_min_idle_ms!r}"
             raise ConfigError(msg)
@@ -94,66 +101,31 @@ class RedisStreamReceiver(Receiver):
         self.block_ms = block_ms
         self.claim_min_idle_ms = claim_min_idle_ms
         self.group_start_id = group_start_id
-        self.max_backoff_ms = max_backoff_ms
         self.records_stored = 0
         self.entries_acked = 0
         self.bad_records = 0
-        self._failures = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_stop"] = None
-        state["_thread"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._stop = threading.Event()
 
     @property
     def consumer_name(self) -> str:
         """The consumer name used in the group."""
         return self.consumer or f"spark-receivers-{self.stream_id}"
 
-    # --- lifecycle ----------------------------------------------------------
+    # --- the reading thread ---------------------------------------------------
 
-    def on_start(self) -> None:
-        """Start the reading thread."""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"redis-stream-{self.stream_id}", daemon=True
-        )
-        self._thread.start()
-
-    def on_stop(self) -> None:
-        """Stop reading; wait for the thread (it finishes its current store and ack)."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.block_ms / 1000.0 + 30)
-            if thread.is_alive():
-                log.warning("receiver %d: redis reading thread did not stop", self.stream_id)
-
-    def _backoff_ms(self) -> int:
-        self._failures += 1
-        return int(min(500 * 2 ** min(self._failures - 1, 16), self.max_backoff_ms))
-
-    def _run(self) -> None:
+    def receive(self) -> None:
+        """Connect, take back what is pending, then read, store and ack until stopped."""
         import redis
 
-        client: redis.Redis | None = None
+        client = redis.Redis.from_url(
+            self.url,
+            decode_responses=True,
+            socket_timeout=self.block_ms / 1000.0 + 10.0,
+            socket_connect_timeout=10.0,
+        )
         try:
-            client = redis.Redis.from_url(
-                self.url,
-                decode_responses=True,
-                socket_timeout=self.block_ms / 1000.0 + 10.0,
-                socket_connect_timeout=10.0,
-            )
             self._ensure_group(client)
             self._recover(client)
-            while not self._stop.is_set():
+            while not self.stopping:
                 reply = client.xreadgroup(
                     self.group,
                     self.consumer_name,
@@ -161,31 +133,16 @@ class RedisStreamReceiver(Receiver):
                     count=self.batch,
                     block=self.block_ms,
                 )
-                self._failures = 0
+                self.mark_healthy()
                 entries = _entries(reply)
                 if entries:
                     self._store_and_ack(client, entries)
-        except Exception as e:
-            if self._stop.is_set() or self.is_stopped():
-                log.info(
-                    "receiver %d: stopped while reading %s: %s", self.stream_id, self.stream, e
-                )
-                return
-            log.warning(
-                "receiver %d: reading stream %s from %s failed",
-                self.stream_id,
-                self.stream,
-                _redact(self.url),
-                exc_info=True,
-            )
-            self.restart(
-                f"reading Redis stream {self.stream!r} at {_redact(self.url)} failed: {e}",
-                e,
-                self._backoff_ms(),
-            )
         finally:
-            if client is not None:
-                client.close()
+            client.close()
+
+    def describe(self) -> str:
+        """``reading Redis stream <stream> at <url without its password>``."""
+        return f"reading Redis stream {self.stream!r} at {_redact(self.url)}"
 
     # --- the protocol -----------------------------------------------------------
 
@@ -202,7 +159,7 @@ class RedisStreamReceiver(Receiver):
     def _recover(self, client: redis.Redis) -> None:
         """Store and ack the entries dead consumers left, then this consumer's own."""
         cursor = "0-0"
-        while not self._stop.is_set():
+        while not self.stopping:
             reply: Any = client.xautoclaim(
                 self.stream,
                 self.group,
@@ -221,7 +178,7 @@ class RedisStreamReceiver(Receiver):
             if cursor == "0-0":
                 break
         last = "0"
-        while not self._stop.is_set():
+        while not self.stopping:
             reply = client.xreadgroup(
                 self.group, self.consumer_name, {self.stream: last}, count=self.batch
             )

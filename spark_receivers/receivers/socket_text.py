@@ -3,31 +3,35 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import socket
-import threading
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_receivers.errors import ReceiverError
-from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
+from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
-log = logging.getLogger(__name__)
 
-
-class SocketTextReceiver(Receiver):
+class SocketTextReceiver(ThreadedReceiver):
     """Connects to ``host:port`` and stores every line (UTF-8, without its newline).
 
     When the connection drops or cannot be made, the receiver restarts and
-    reconnects with a backoff that doubles from 500 ms up to ``max_backoff_ms``.
+    reconnects with the backoff of :class:`ThreadedReceiver` (from 500 ms,
+    doubling with jitter up to ``max_backoff_ms``; reset once data arrives).
     A line longer than ``max_record_bytes`` or not valid UTF-8 is a bad record:
     counted, reported to the driver and handled by ``bad_record_policy``
     (``skip`` by default, ``fail`` or ``dead_letter``); the lines around it are
-    kept. Other keyword arguments go to :class:`Receiver`.
+    kept. Other keyword arguments go to :class:`ThreadedReceiver`.
+
+    Thread contract: one thread (``socket-receiver-<stream>``) connects, reads
+    and stores; ``on_stop`` shuts the socket down, which ends its read.
     """
+
+    thread_name_prefix = "socket-receiver"
+    transient_attrs = ("_sock",)
+    _sock: socket.socket | None = None
 
     def __init__(
         self,
@@ -39,74 +43,52 @@ class SocketTextReceiver(Receiver):
         read_size: int = 256 * 1024,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
         self.host = host
         self.port = port
         self.max_record_bytes = max_record_bytes
-        self.max_backoff_ms = max_backoff_ms
         self.read_size = read_size
-        self._failures = 0
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
 
-    def __getstate__(self) -> dict[str, object]:
-        state = super().__getstate__()
-        state["_sock"] = None
-        state["_thread"] = None
-        return state
-
-    def on_start(self) -> None:
-        """Start the reading thread."""
-        self._thread = threading.Thread(
-            target=self._receive, name=f"socket-receiver-{self.stream_id}", daemon=True
-        )
-        self._thread.start()
-
-    def on_stop(self) -> None:
-        """Close the connection; the reading thread ends."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _backoff_ms(self) -> int:
-        self._failures += 1
-        base = 500
-        return int(min(base * 2 ** min(self._failures - 1, 16), self.max_backoff_ms))
-
-    def _receive(self) -> None:
+    def receive(self) -> None:
+        """Connect, then store the lines read until the connection ends or the receiver stops."""
         try:
             sock = socket.create_connection((self.host, self.port), timeout=10)
         except OSError as e:
-            if not self.is_stopped():
-                self.restart(
-                    f"cannot connect to {self.host}:{self.port}: {e}", e, self._backoff_ms()
-                )
-            return
+            msg = f"cannot connect to {self.host}:{self.port}: {e}"
+            raise ReceiverError(msg) from e
         sock.settimeout(None)
         self._sock = sock
         try:
-            self._read_lines(sock)
+            if not self.stopping:  # else interrupt() ran before _sock was set
+                self._read_lines(sock)
         except OSError as e:
-            if not self.is_stopped():
-                self.restart(
-                    f"error reading from {self.host}:{self.port}: {e}", e, self._backoff_ms()
-                )
-            return
-        except ReceiverError:
-            return  # a bad record under the "fail" policy stopped the receiver
-        if not self.is_stopped():
-            self.restart(f"connection to {self.host}:{self.port} closed", None, self._backoff_ms())
+            msg = f"error reading from {self.host}:{self.port}: {e}"
+            raise ReceiverError(msg) from e
+        finally:
+            self._sock = None
+            sock.close()
+
+    def interrupt(self) -> None:
+        """Shut the connection down: the blocked read returns."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def restart_message(self, error: Exception | None) -> str:
+        """``connection to <host>:<port> closed`` when the server ended the connection."""
+        if error is None:
+            return f"connection to {self.host}:{self.port} closed"
+        return super().restart_message(error)
 
     def _read_lines(self, sock: socket.socket) -> None:
         pending = b""
         skipping = False  # inside a line already reported as too long
-        while not self.is_stopped():
+        while not self.stopping:
             data = sock.recv(self.read_size)
             if not data:
                 break
-            self._failures = 0
+            self.mark_healthy()
             data = pending + data
             cut = data.rfind(b"\n")
             if cut < 0:
@@ -125,7 +107,7 @@ class SocketTextReceiver(Receiver):
                 if first < 0:
                     continue
             self._store_lines(chunk)
-        if pending and not skipping and not self.is_stopped():
+        if pending and not skipping and not self.stopping:
             self._store_lines(pending)
 
     def _store_lines(self, chunk: bytes) -> None:
