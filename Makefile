@@ -30,6 +30,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy tests/typing
 
 bench: $(STAMP)
 	$(PY) -m bench.run

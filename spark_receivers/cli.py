@@ -132,9 +132,8 @@ def ingest(args: argparse.Namespace) -> int:
         return 2
     spark = _local_spark(args.master, "spark-receivers-ingest")
     sink = sink_for(args.sink, spark)
-    config = StreamingConfig.from_spark_conf(
-        dict(spark.sparkContext.getConf().getAll()), receiver_wal_enabled=bool(args.wal)
-    )
+    # Only what the flags say is explicit: every other key still comes from --conf.
+    config = StreamingConfig(receiver_wal_enabled=True) if args.wal else None
 
     def create() -> StreamingContext:
         ctx = StreamingContext(spark, interval_ms, checkpoint_dir=args.checkpoint, config=config)

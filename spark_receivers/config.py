@@ -1,10 +1,20 @@
 """Every configuration key of spark-receivers, its default, its unit and its check.
 
-``StreamingConfig`` is frozen and validated at construction: a bad value raises
-:class:`~spark_receivers.errors.ConfigError` naming the key, the value and what is
-allowed. :meth:`StreamingConfig.from_spark_conf` reads the defaults from the Spark
-configuration under the same ``spark.streaming.*`` keys Spark Streaming uses, so
-``spark-submit --conf`` and ``SparkSession.builder.config`` work as users expect.
+:class:`StreamingConfig` is a frozen dataclass with a typed field per key, validated
+at construction: a bad value raises :class:`~spark_receivers.errors.ConfigError`
+naming the field, its Spark key, the value and what is allowed. Keys Spark
+Streaming also has keep Spark's names (``spark.streaming.blockInterval``,
+``spark.streaming.receiver.maxRate``, ...); keys of our own live under
+``spark.receivers.*`` (the names we used before under ``spark.streaming.*`` are
+still read, with a deprecation warning).
+
+Where a context's configuration comes from, last one wins:
+
+1. the defaults below (Spark Streaming's);
+2. the Spark conf the application started with (``spark-submit --conf``,
+   ``SparkSession.builder.config``);
+3. values set at runtime with ``spark.conf.set(...)`` (all a notebook user has);
+4. the fields set explicitly in ``StreamingContext(..., config=StreamingConfig(...))``.
 
 Example::
 
@@ -15,12 +25,17 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import re
+import functools
+import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spark_receivers.errors import ConfigError
+from spark_receivers.util.durations import parse_duration
+
+log = logging.getLogger(__name__)
 
 UNLIMITED_RATE = 0
 """``receiver_max_rate`` value meaning "no limit" (Spark uses Long.MaxValue)."""
@@ -29,185 +44,177 @@ RATE_ESTIMATORS = ("pid",)
 """Names accepted by ``spark.streaming.backpressure.rateEstimator``."""
 
 
-def _key(spark_key: str, doc: str) -> Any:
-    return field(metadata={"spark_key": spark_key, "doc": doc})
+def _key(default: Any, spark_key: str, doc: str, *, old: str | None = None) -> Any:
+    meta = {"spark_key": spark_key, "doc": doc, "old_key": old}
+    return field(default=default, metadata=meta)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StreamingConfig:
-    """Typed, validated configuration of a :class:`StreamingContext`.
+    """Typed, validated configuration of a :class:`StreamingContext` (see the module doc).
 
     Durations carry their unit in the name. Defaults follow Spark Streaming's.
     """
 
     block_interval_ms: int = _key(
-        "spark.streaming.blockInterval", "How often received records are cut into a block."
+        200, "spark.streaming.blockInterval", "How often received records are cut into a block."
     )
     block_queue_size: int = _key(
-        "spark.streaming.blockQueueSize", "Blocks waiting to be pushed before store() blocks."
+        10, "spark.streaming.blockQueueSize", "Blocks waiting to be pushed before store() blocks."
     )
     receiver_max_rate: float = _key(
-        "spark.streaming.receiver.maxRate", "Records/s per receiver; 0 means unlimited."
+        UNLIMITED_RATE,
+        "spark.streaming.receiver.maxRate",
+        "Records/s per receiver; 0 means unlimited.",
     )
     receiver_restart_delay_ms: int = _key(
-        "spark.streaming.receiverRestartDelay", "Delay before a restarted receiver starts again."
+        2000, "spark.streaming.receiverRestartDelay", "Delay before a restarted receiver starts."
     )
     receiver_wal_enabled: bool = _key(
-        "spark.streaming.receiver.writeAheadLog.enable", "Write every block to a WAL first."
+        False, "spark.streaming.receiver.writeAheadLog.enable", "Write every block to a WAL first."
     )
     block_store_timeout_s: float = _key(
-        "spark.streaming.receiver.blockStoreTimeout", "Max wait for a block store + WAL write."
+        30.0, "spark.streaming.receiver.blockStoreTimeout", "Max wait to store a block (+ WAL)."
     )
     backpressure_enabled: bool = _key(
-        "spark.streaming.backpressure.enabled", "Adapt receiver rates to processing speed."
+        False, "spark.streaming.backpressure.enabled", "Adapt receiver rates to processing speed."
     )
     backpressure_initial_rate: float = _key(
-        "spark.streaming.backpressure.initialRate", "First rate with backpressure; 0 = max rate."
+        0.0, "spark.streaming.backpressure.initialRate", "First rate with backpressure; 0 = max."
     )
     backpressure_rate_estimator: str = _key(
-        "spark.streaming.backpressure.rateEstimator", "Rate estimator with backpressure: pid."
+        "pid", "spark.streaming.backpressure.rateEstimator", "Rate estimator: pid."
     )
     backpressure_pid_proportional: float = _key(
-        "spark.streaming.backpressure.pid.proportional", "PID gain on the current error (>= 0)."
+        1.0, "spark.streaming.backpressure.pid.proportional", "PID gain on the error (>= 0)."
     )
     backpressure_pid_integral: float = _key(
-        "spark.streaming.backpressure.pid.integral", "PID gain on the accumulated error (>= 0)."
+        0.2, "spark.streaming.backpressure.pid.integral", "PID gain on the summed error (>= 0)."
     )
     backpressure_pid_derived: float = _key(
-        "spark.streaming.backpressure.pid.derived", "PID gain on the error's change (>= 0)."
+        0.0, "spark.streaming.backpressure.pid.derived", "PID gain on the error's change (>= 0)."
     )
     backpressure_pid_min_rate: float = _key(
-        "spark.streaming.backpressure.pid.minRate", "Lowest rate the estimator sets (> 0)."
+        100.0, "spark.streaming.backpressure.pid.minRate", "Lowest rate the estimator sets (> 0)."
     )
     graceful_stop_timeout_ms: int = _key(
-        "spark.streaming.gracefulStopTimeout", "Max graceful stop time; 0 = 10 batch intervals."
+        0, "spark.streaming.gracefulStopTimeout", "Max graceful stop time; 0 = 10 intervals."
     )
     concurrent_jobs: int = _key(
-        "spark.streaming.concurrentJobs", "Batches processed at the same time."
+        1, "spark.streaming.concurrentJobs", "Batches processed at the same time."
     )
-    receiver_stop_timeout_s: float = _key(
-        "spark.streaming.receiver.stopTimeout", "Wait for receivers to deregister on stop."
-    )
-    max_message_bytes: int = _key(
-        "spark.streaming.rpc.maxMessageBytes", "Largest control message accepted."
-    )
-    receiver_drain_timeout_s: float = _key(
-        "spark.streaming.receiver.drainTimeout",
-        "After a receiver stops, how long its task serves blocks batches have not read.",
-    )
-    checkpoint_dir: str = _key(
-        "spark.streaming.checkpointDir",
-        "Checkpoint directory (path or URI); '' = none. Set by StreamingContext(checkpoint_dir=).",
+    stop_gracefully_on_shutdown: bool = _key(
+        False,
+        "spark.streaming.stopGracefullyOnShutdown",
+        "On SIGTERM, stop the StreamingContext gracefully (received == processed).",
     )
     receiver_wal_rolling_interval_s: float = _key(
+        60.0,
         "spark.streaming.receiver.writeAheadLog.rollingIntervalSecs",
         "Time span of one receiver WAL segment file.",
     )
     receiver_wal_max_failures: int = _key(
+        3,
         "spark.streaming.receiver.writeAheadLog.maxFailures",
         "Attempts (each on a fresh segment) before a receiver WAL write fails.",
     )
     receiver_wal_close_file_after_write: bool = _key(
+        False,
         "spark.streaming.receiver.writeAheadLog.closeFileAfterWrite",
         "One object per record in the receiver WAL (needed on S3 and other object stores).",
     )
-    receiver_wal_fsync: bool = _key(
-        "spark.streaming.receiver.writeAheadLog.fsync",
-        "fdatasync every receiver WAL record on a local filesystem before acknowledging it.",
-    )
     driver_wal_rolling_interval_s: float = _key(
+        60.0,
         "spark.streaming.driver.writeAheadLog.rollingIntervalSecs",
         "Time span of one driver WAL segment file.",
     )
     driver_wal_max_failures: int = _key(
+        3,
         "spark.streaming.driver.writeAheadLog.maxFailures",
         "Attempts (each on a fresh segment) before a driver WAL write fails.",
     )
     driver_wal_close_file_after_write: bool = _key(
+        False,
         "spark.streaming.driver.writeAheadLog.closeFileAfterWrite",
         "One object per record in the driver WAL (needed on S3 and other object stores).",
     )
-    driver_wal_fsync: bool = _key(
-        "spark.streaming.driver.writeAheadLog.fsync",
-        "fdatasync every driver WAL record on a local filesystem before acknowledging it.",
-    )
     driver_wal_allow_batching: bool = _key(
+        True,
         "spark.streaming.driver.writeAheadLog.allowBatching",
         "Group concurrent driver WAL writes into one record (one fsync for many AddBlocks).",
     )
     driver_wal_batching_timeout_ms: int = _key(
+        5000,
         "spark.streaming.driver.writeAheadLog.batchingTimeout",
         "Max wait of one driver WAL write when batching.",
     )
-    stop_gracefully_on_shutdown: bool = _key(
-        "spark.streaming.stopGracefullyOnShutdown",
-        "On SIGTERM, stop the StreamingContext gracefully (received == processed).",
+    # --- keys of our own: spark.receivers.* ------------------------------------------
+    checkpoint_dir: str = _key(
+        "",
+        "spark.receivers.checkpointDir",
+        "Checkpoint directory (path or URI); '' = none. Set by StreamingContext(checkpoint_dir=).",
+        old="spark.streaming.checkpointDir",
+    )
+    receiver_stop_timeout_s: float = _key(
+        10.0,
+        "spark.receivers.receiver.stopTimeout",
+        "After a stop, how long a receiver's job may take to end before it is cancelled.",
+        old="spark.streaming.receiver.stopTimeout",
+    )
+    receiver_drain_timeout_s: float = _key(
+        120.0,
+        "spark.receivers.receiver.drainTimeout",
+        "After a receiver stops, how long its task serves blocks batches have not read.",
+        old="spark.streaming.receiver.drainTimeout",
+    )
+    max_message_bytes: int = _key(
+        4 * 1024 * 1024,
+        "spark.receivers.rpc.maxMessageBytes",
+        "Largest control message accepted (bytes).",
+        old="spark.streaming.rpc.maxMessageBytes",
+    )
+    receiver_wal_fsync: bool = _key(
+        True,
+        "spark.receivers.receiver.writeAheadLog.fsync",
+        "fdatasync every receiver WAL record on a local filesystem before acknowledging it.",
+        old="spark.streaming.receiver.writeAheadLog.fsync",
+    )
+    driver_wal_fsync: bool = _key(
+        True,
+        "spark.receivers.driver.writeAheadLog.fsync",
+        "fdatasync every driver WAL record on a local filesystem before acknowledging it.",
+        old="spark.streaming.driver.writeAheadLog.fsync",
     )
     batch_read_partitions: int = _key(
-        "spark.streaming.batch.readPartitions",
+        0,
+        "spark.receivers.batch.readPartitions",
         "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
+        old="spark.streaming.batch.readPartitions",
     )
 
-    # The dataclass defaults live here, once, so that `from_spark_conf` and the
-    # constructor agree.
-    def __init__(self, **overrides: Any) -> None:
-        values = dict(_DEFAULTS)
-        unknown = sorted(set(overrides) - set(values))
-        if unknown:
-            allowed = ", ".join(sorted(values))
-            msg = f"unknown StreamingConfig key(s) {unknown}; allowed keys: {allowed}"
-            raise ConfigError(msg)
-        values.update(overrides)
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
-        self._validate()
+    def __post_init__(self) -> None:
+        _validate(self)
 
-    def _validate(self) -> None:
-        _positive_int(self, "block_interval_ms")
-        _positive_int(self, "block_queue_size")
-        _non_negative(self, "receiver_max_rate")
-        _non_negative(self, "receiver_restart_delay_ms", integral=True)
-        _bool(self, "receiver_wal_enabled")
-        _positive(self, "block_store_timeout_s")
-        _bool(self, "backpressure_enabled")
-        _non_negative(self, "backpressure_initial_rate")
-        if self.backpressure_rate_estimator not in RATE_ESTIMATORS:
-            msg = (
-                f"{_describe(self, 'backpressure_rate_estimator')} must be one of "
-                f"{', '.join(RATE_ESTIMATORS)}; got {self.backpressure_rate_estimator!r}"
-            )
-            raise ConfigError(msg)
-        _non_negative(self, "backpressure_pid_proportional")
-        _non_negative(self, "backpressure_pid_integral")
-        _non_negative(self, "backpressure_pid_derived")
-        _positive(self, "backpressure_pid_min_rate")
-        _non_negative(self, "graceful_stop_timeout_ms", integral=True)
-        _positive_int(self, "concurrent_jobs")
-        _positive(self, "receiver_stop_timeout_s")
-        _positive_int(self, "max_message_bytes")
-        _positive(self, "receiver_drain_timeout_s")
-        if not isinstance(self.checkpoint_dir, str):
-            msg = (
-                f"{_describe(self, 'checkpoint_dir')} must be a path or URI string ('' for "
-                f"none), got {self.checkpoint_dir!r}"
-            )
-            raise ConfigError(msg)
-        for side in ("receiver", "driver"):
-            _positive(self, f"{side}_wal_rolling_interval_s")
-            _positive_int(self, f"{side}_wal_max_failures")
-            _bool(self, f"{side}_wal_close_file_after_write")
-            _bool(self, f"{side}_wal_fsync")
-        _bool(self, "driver_wal_allow_batching")
-        _positive_int(self, "driver_wal_batching_timeout_ms")
-        _bool(self, "stop_gracefully_on_shutdown")
-        _non_negative(self, "batch_read_partitions", integral=True)
+    # --- building --------------------------------------------------------------
+
+    @property
+    def explicit(self) -> frozenset[str]:
+        """The fields given explicitly at construction (they win over the Spark conf)."""
+        return self.__dict__.get("_explicit", frozenset())
 
     def replace(self, **changes: Any) -> StreamingConfig:
-        """Return a copy with ``changes`` applied (and validated)."""
-        return StreamingConfig(**{**self.as_dict(), **changes})
+        """A copy with ``changes`` applied, validated; the changed fields count as explicit."""
+        new = StreamingConfig(**{**self.as_dict(), **changes})
+        return _with_explicit(new, self.explicit | frozenset(changes))
+
+    def over(self, conf: Mapping[str, str]) -> StreamingConfig:
+        """The explicit fields of this config laid over ``conf``: what a context uses."""
+        return StreamingConfig.from_spark_conf(
+            conf, **{name: getattr(self, name) for name in self.explicit}
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the configuration as a plain dict (JSON-friendly)."""
+        """The configuration as a plain dict (JSON-friendly)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @property
@@ -217,103 +224,159 @@ class StreamingConfig:
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str], **overrides: Any) -> StreamingConfig:
-        """Build a config from Spark conf entries (``spark.streaming.*``), then ``overrides``.
+        """A config from Spark conf entries, then ``overrides`` (which count as explicit).
 
-        Durations accept Spark's suffixes (``200ms``, ``2s``, ``1min``).
+        Durations accept Spark's suffixes (``200ms``, ``2s``, ``1min``); an old key
+        of ours is read with a deprecation warning when its new key is not set.
         """
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            spark_key = f.metadata["spark_key"]
-            if spark_key in conf:
-                values[f.name] = _parse_spark_value(f.name, spark_key, conf[spark_key])
-        values.update(overrides)
-        return cls(**values)
+            key, old = f.metadata["spark_key"], f.metadata["old_key"]
+            if key in conf:
+                values[f.name] = _parse(f, key, conf[key])
+            elif old is not None and old in conf:
+                message = f"the Spark conf key {old} is deprecated: use {key}"
+                warnings.warn(message, DeprecationWarning, stacklevel=2)
+                log.warning("%s", message)
+                values[f.name] = _parse(f, old, conf[old])
+        config = cls(**{**values, **overrides})
+        return _with_explicit(config, frozenset(overrides))
 
     @staticmethod
     def spark_key(name: str) -> str:
-        """The ``spark.streaming.*`` key of a field."""
+        """The Spark conf key of a field."""
         for f in dataclasses.fields(StreamingConfig):
             if f.name == name:
                 return str(f.metadata["spark_key"])
         msg = f"no StreamingConfig field named {name!r}"
         raise KeyError(msg)
 
-
-_DEFAULTS: dict[str, Any] = {
-    "block_interval_ms": 200,
-    "block_queue_size": 10,
-    "receiver_max_rate": UNLIMITED_RATE,
-    "receiver_restart_delay_ms": 2000,
-    "receiver_wal_enabled": False,
-    "block_store_timeout_s": 30.0,
-    "backpressure_enabled": False,
-    "backpressure_initial_rate": 0.0,
-    "backpressure_rate_estimator": "pid",
-    "backpressure_pid_proportional": 1.0,
-    "backpressure_pid_integral": 0.2,
-    "backpressure_pid_derived": 0.0,
-    "backpressure_pid_min_rate": 100.0,
-    "graceful_stop_timeout_ms": 0,
-    "concurrent_jobs": 1,
-    "receiver_stop_timeout_s": 10.0,
-    "max_message_bytes": 4 * 1024 * 1024,
-    "receiver_drain_timeout_s": 120.0,
-    "checkpoint_dir": "",
-    "receiver_wal_rolling_interval_s": 60.0,
-    "receiver_wal_max_failures": 3,
-    "receiver_wal_close_file_after_write": False,
-    "receiver_wal_fsync": True,
-    "driver_wal_rolling_interval_s": 60.0,
-    "driver_wal_max_failures": 3,
-    "driver_wal_close_file_after_write": False,
-    "driver_wal_fsync": True,
-    "driver_wal_allow_batching": True,
-    "driver_wal_batching_timeout_ms": 5000,
-    "stop_gracefully_on_shutdown": False,
-    "batch_read_partitions": 0,
-}
-
-_UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+    @staticmethod
+    def spark_keys() -> list[str]:
+        """Every Spark conf key a config reads, old names included."""
+        out = []
+        for f in dataclasses.fields(StreamingConfig):
+            out.append(f.metadata["spark_key"])
+            if f.metadata["old_key"]:
+                out.append(f.metadata["old_key"])
+        return out
 
 
-def _parse_duration(spark_key: str, raw: str, default_unit: str, out_unit: str) -> float:
-    m = _DURATION.match(raw.lower())
-    if not m or (m.group(2) and m.group(2) not in _UNITS_MS):
-        msg = f"{spark_key} must be a duration such as 200ms or 2s, got {raw!r}"
-        raise ConfigError(msg)
-    unit = m.group(2) or default_unit
-    return float(m.group(1)) * _UNITS_MS[unit] / _UNITS_MS[out_unit]
+def _with_explicit(config: StreamingConfig, explicit: frozenset[str]) -> StreamingConfig:
+    object.__setattr__(config, "_explicit", explicit)
+    return config
 
 
-def _parse_spark_value(name: str, spark_key: str, raw: str) -> Any:
-    default = _DEFAULTS[name]
+def _record_explicit(init: Any) -> Any:
+    """Wrap the dataclass ``__init__`` so a config remembers which fields it was given."""
+
+    @functools.wraps(init)
+    def __init__(self: StreamingConfig, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(StreamingConfig)})
+        if unknown:
+            allowed = ", ".join(f.name for f in dataclasses.fields(StreamingConfig))
+            msg = f"unknown StreamingConfig key(s) {unknown}; allowed keys: {allowed}"
+            raise ConfigError(msg)
+        init(self, **kwargs)
+        object.__setattr__(self, "_explicit", frozenset(kwargs))
+
+    return __init__
+
+
+StreamingConfig.__init__ = _record_explicit(StreamingConfig.__init__)  # type: ignore[method-assign]
+
+
+def spark_conf_of(spark: Any) -> dict[str, str]:
+    """The Spark conf a context reads: the static conf, then runtime ``spark.conf`` values.
+
+    Runtime values (``spark.conf.set``) win over the static conf the application
+    started with; only our keys are asked for.
+    """
+    conf = dict(spark.sparkContext.getConf().getAll())
+    runtime = spark.conf
+    for key in StreamingConfig.spark_keys():
+        try:
+            value = runtime.get(key, None)
+        except Exception:  # a key the runtime conf cannot read: keep the static value
+            log.debug("could not read %s from the runtime conf", key, exc_info=True)
+            continue
+        if value is not None:
+            conf[key] = value
+    return conf
+
+
+# --- parsing and checks ---------------------------------------------------------------
+
+
+def _parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
+    default = f.default
     if isinstance(default, str):
         return raw.strip()
-    if name.endswith("_ms"):
-        return int(_parse_duration(spark_key, raw, "ms", "ms"))
-    if name.endswith("_s"):
-        return _parse_duration(spark_key, raw, "s", "s")
+    if f.name.endswith("_ms"):
+        return round(parse_duration(raw, spark_key, default_unit="ms") * 1000)
+    if f.name.endswith("_s"):
+        return parse_duration(raw, spark_key, default_unit="s")
     if isinstance(default, bool):
         if raw.strip().lower() in ("true", "false"):
             return raw.strip().lower() == "true"
         msg = f"{spark_key} must be true or false, got {raw!r}"
         raise ConfigError(msg)
     try:
-        return type(default)(float(raw)) if isinstance(default, int) else float(raw)
+        return int(raw) if isinstance(default, int) and raw.strip().isdigit() else float(raw)
     except ValueError:
         msg = f"{spark_key} must be a number, got {raw!r}"
         raise ConfigError(msg) from None
 
 
-def _describe(cfg: StreamingConfig, name: str) -> str:
+def _validate(cfg: StreamingConfig) -> None:
+    for name in ("block_interval_ms", "block_queue_size", "concurrent_jobs", "max_message_bytes"):
+        _positive_int(cfg, name)
+    for name in ("receiver_restart_delay_ms", "graceful_stop_timeout_ms", "batch_read_partitions"):
+        _non_negative(cfg, name, integral=True)
+    for name in (
+        "receiver_max_rate",
+        "backpressure_initial_rate",
+        "backpressure_pid_proportional",
+        "backpressure_pid_integral",
+        "backpressure_pid_derived",
+    ):
+        _non_negative(cfg, name)
+    for name in (
+        "block_store_timeout_s",
+        "backpressure_pid_min_rate",
+        "receiver_stop_timeout_s",
+        "receiver_drain_timeout_s",
+    ):
+        _positive(cfg, name)
+    for f in dataclasses.fields(cfg):
+        if isinstance(f.default, bool):
+            _bool(cfg, f.name)
+    if cfg.backpressure_rate_estimator not in RATE_ESTIMATORS:
+        msg = (
+            f"{_describe('backpressure_rate_estimator')} must be one of "
+            f"{', '.join(RATE_ESTIMATORS)}; got {cfg.backpressure_rate_estimator!r}"
+        )
+        raise ConfigError(msg)
+    if not isinstance(cfg.checkpoint_dir, str):
+        msg = (
+            f"{_describe('checkpoint_dir')} must be a path or URI string ('' for none), "
+            f"got {cfg.checkpoint_dir!r}"
+        )
+        raise ConfigError(msg)
+    for side in ("receiver", "driver"):
+        _positive(cfg, f"{side}_wal_rolling_interval_s")
+        _positive_int(cfg, f"{side}_wal_max_failures")
+    _positive_int(cfg, "driver_wal_batching_timeout_ms")
+
+
+def _describe(name: str) -> str:
     return f"{name} ({StreamingConfig.spark_key(name)})"
 
 
 def _number(cfg: StreamingConfig, name: str) -> float:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        msg = f"{_describe(cfg, name)} must be a number, got {value!r}"
+        msg = f"{_describe(name)} must be a number, got {value!r}"
         raise ConfigError(msg)
     return float(value)
 
@@ -321,13 +384,13 @@ def _number(cfg: StreamingConfig, name: str) -> float:
 def _positive_int(cfg: StreamingConfig, name: str) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        msg = f"{_describe(cfg, name)} must be an integer > 0, got {value!r}"
+        msg = f"{_describe(name)} must be an integer > 0, got {value!r}"
         raise ConfigError(msg)
 
 
 def _positive(cfg: StreamingConfig, name: str) -> None:
     if _number(cfg, name) <= 0:
-        msg = f"{_describe(cfg, name)} must be > 0, got {getattr(cfg, name)!r}"
+        msg = f"{_describe(name)} must be > 0, got {getattr(cfg, name)!r}"
         raise ConfigError(msg)
 
 
@@ -335,11 +398,11 @@ def _non_negative(cfg: StreamingConfig, name: str, *, integral: bool = False) ->
     value = _number(cfg, name)
     if value < 0 or (integral and not isinstance(getattr(cfg, name), int)):
         kind = "an integer >= 0" if integral else ">= 0"
-        msg = f"{_describe(cfg, name)} must be {kind}, got {getattr(cfg, name)!r}"
+        msg = f"{_describe(name)} must be {kind}, got {getattr(cfg, name)!r}"
         raise ConfigError(msg)
 
 
 def _bool(cfg: StreamingConfig, name: str) -> None:
     if not isinstance(getattr(cfg, name), bool):
-        msg = f"{_describe(cfg, name)} must be True or False, got {getattr(cfg, name)!r}"
+        msg = f"{_describe(name)} must be True or False, got {getattr(cfg, name)!r}"
         raise ConfigError(msg)

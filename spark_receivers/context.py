@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spark_receivers.config import StreamingConfig
+from spark_receivers.config import StreamingConfig, spark_conf_of
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
@@ -61,7 +61,9 @@ class StreamingContext:
         ssc.await_termination(timeout_s=30)
         ssc.stop(graceful=True)
 
-    ``config`` overrides the ``spark.streaming.*`` keys read from the Spark conf.
+    The configuration is read from the Spark conf (``--conf``, the session builder, and
+    runtime ``spark.conf.set``); the fields set explicitly in ``config`` win over it
+    (see :mod:`spark_receivers.config`).
 
     With ``checkpoint_dir`` (a local path or a ``pyarrow.fs`` URI) the driver logs
     its block events to ``<checkpoint_dir>/receivedBlockMetadata``; with
@@ -90,8 +92,9 @@ class StreamingContext:
             raise ConfigError(msg)
         self.spark = spark
         self.batch_interval_ms = batch_interval_ms
-        self._spark_conf = dict(spark.sparkContext.getConf().getAll())
-        self.config = config or StreamingConfig.from_spark_conf(self._spark_conf)
+        self._spark_conf = spark_conf_of(spark)
+        # Explicit fields of `config` win; every other key still comes from the conf.
+        self.config = (config or StreamingConfig()).over(self._spark_conf)
         self.checkpoint_dir: str | None = None
         self._use_checkpoint_dir(checkpoint_dir or self.config.checkpoint_dir or None)
         self._clock = clock or SystemClock()

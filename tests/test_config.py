@@ -66,7 +66,7 @@ def test_read_from_spark_conf_with_units():
         ({"backpressure_pid_min_rate": 0}, "spark.streaming.backpressure.pid.minRate"),
         (
             {"batch_read_partitions": -1},
-            r"batch_read_partitions \(spark.streaming.batch.readPartitions\) must be an "
+            r"batch_read_partitions \(spark.receivers.batch.readPartitions\) must be an "
             r"integer >= 0, got -1",
         ),
     ],
@@ -81,3 +81,49 @@ def test_bad_spark_conf_value_names_the_spark_key():
         ConfigError, match=r"spark.streaming.blockInterval must be a duration.*'fast'"
     ):
         StreamingConfig.from_spark_conf({"spark.streaming.blockInterval": "fast"})
+
+
+def test_explicit_fields_are_remembered_and_laid_over_a_conf():
+    cfg = StreamingConfig(block_queue_size=3)
+    assert cfg.explicit == {"block_queue_size"}
+    merged = cfg.over(
+        {"spark.streaming.blockInterval": "50ms", "spark.streaming.blockQueueSize": "7"}
+    )
+    assert (merged.block_interval_ms, merged.block_queue_size) == (50, 3)
+    assert merged.replace(concurrent_jobs=2).explicit == {"block_queue_size", "concurrent_jobs"}
+
+
+def test_the_signature_is_typed():
+    import inspect
+
+    params = inspect.signature(StreamingConfig).parameters
+    assert params["block_interval_ms"].annotation in (int, "int")
+    assert params["block_interval_ms"].default == 200
+    assert params["block_interval_ms"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_old_keys_of_ours_are_read_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="spark.streaming.checkpointDir is deprecated"):
+        cfg = StreamingConfig.from_spark_conf({"spark.streaming.checkpointDir": "/ck"})
+    assert cfg.checkpoint_dir == "/ck"
+    new = StreamingConfig.from_spark_conf(
+        {"spark.receivers.checkpointDir": "/new", "spark.streaming.checkpointDir": "/old"}
+    )
+    assert new.checkpoint_dir == "/new"
+
+
+@pytest.mark.spark
+def test_a_context_merges_config_over_the_static_and_runtime_conf(spark):
+    from spark_receivers import StreamingContext
+
+    spark.conf.set("spark.streaming.blockInterval", "50ms")
+    spark.conf.set("spark.streaming.receiver.maxRate", "1234")
+    try:
+        ssc = StreamingContext(spark, 1000, config=StreamingConfig(receiver_max_rate=99))
+        assert ssc.config.block_interval_ms == 50  # runtime spark.conf.set is read
+        assert ssc.config.receiver_max_rate == 99  # the explicit field wins
+        plain = StreamingContext(spark, 1000)
+        assert (plain.config.block_interval_ms, plain.config.receiver_max_rate) == (50, 1234)
+    finally:
+        spark.conf.unset("spark.streaming.blockInterval")
+        spark.conf.unset("spark.streaming.receiver.maxRate")
