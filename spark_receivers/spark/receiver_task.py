@@ -83,7 +83,7 @@ def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iter
             spec.tracker_address,
             spec.secret,
             StreamingConfig(**spec.config),
-            executor_host(),
+            local_host(),
             executor_id(),
         )
         supervisor.start()
