@@ -134,21 +134,20 @@ def bench_recovery(directory: str, blocks: int, rows: int) -> dict[str, float]:
     """Write ``blocks`` Arrow blocks to a receiver WAL, then read them all back by handle."""
     import pyarrow as pa
 
-    from spark_receivers.receiver.block_handler import (
-        encode_block,
-        read_block_from_wal,
-        received_data_dir,
-    )
-    from spark_receivers.wal import FileBasedWriteAheadLog
+    from spark_receivers.wal import CheckpointLayout, FileBasedWriteAheadLog
+    from spark_receivers.wal.block_records import encode_block, read_block_from_wal
 
     table = pa.table({"value": [f"{i:010d} " + "x" * 89 for i in range(rows)]})
     data = encode_block(table)
-    log = FileBasedWriteAheadLog(received_data_dir(directory, 0), fsync=False)
+    layout = CheckpointLayout(directory)
+    log = FileBasedWriteAheadLog(
+        layout.receiver_wal_dir(0), filesystem=layout.filesystem, fsync=False
+    )
     handles = [log.write(data, 1_000 + i).to_dict() for i in range(blocks)]
     log.close()
     os.sync()
     t0 = time.perf_counter()
-    records = sum(read_block_from_wal(directory, 0, h).num_rows for h in handles)
+    records = sum(read_block_from_wal(layout, 0, h).num_rows for h in handles)
     elapsed = time.perf_counter() - t0
     return {"blocks": blocks, "records": records, "rate": records / elapsed, "seconds": elapsed}
 
@@ -158,7 +157,7 @@ def arrow_bytes_per_row() -> float:
     import pyarrow as pa
 
     from bench.store_pipeline import _records
-    from spark_receivers.receiver.block_handler import encode_block
+    from spark_receivers.wal.block_records import encode_block
 
     table = pa.table({"value": pa.array(_records(10_000), pa.string())})
     return len(encode_block(table)) / table.num_rows

@@ -24,20 +24,17 @@ import contextlib
 import json
 import logging
 import os
-import posixpath
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
-from spark_receivers.errors import CheckpointError
+from spark_receivers.errors import CheckpointError, WriteAheadLogError
+from spark_receivers.wal.layout import CheckpointLayout
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.json"
 VERSION = 1
 
 
@@ -102,28 +99,27 @@ def _int(body: dict[str, Any], key: str) -> int:
     return value
 
 
-def _resolve(checkpoint_dir: str) -> tuple[pafs.FileSystem, str, bool]:
-    if "://" in checkpoint_dir:
-        try:
-            fs, path = pafs.FileSystem.from_uri(checkpoint_dir)
-        except (ValueError, OSError, pa.ArrowInvalid) as e:
-            msg = f"cannot resolve the checkpoint directory {checkpoint_dir!r}: {e}"
-            raise CheckpointError(msg) from e
-        return fs, path, isinstance(fs, pafs.LocalFileSystem)
-    return pafs.LocalFileSystem(), os.path.abspath(checkpoint_dir), True
-
-
 class CheckpointStore:
     """Reads and atomically writes the checkpoint file of a checkpoint directory.
 
     Thread-safe: writes are serialised, and a write never leaves a partial file
-    under the checkpoint's name.
+    under the checkpoint's name. ``checkpoint_dir`` is a path, a URI or its
+    :class:`~spark_receivers.wal.layout.CheckpointLayout`; a URI that cannot be
+    resolved raises :class:`CheckpointError`.
     """
 
-    def __init__(self, checkpoint_dir: str) -> None:
-        self.checkpoint_dir = checkpoint_dir
-        self._fs, self._root, self._local = _resolve(checkpoint_dir)
-        self.path = posixpath.join(self._root, CHECKPOINT_FILE)
+    def __init__(self, checkpoint_dir: str | CheckpointLayout) -> None:
+        if isinstance(checkpoint_dir, CheckpointLayout):
+            layout = checkpoint_dir
+        else:
+            try:
+                layout = CheckpointLayout(checkpoint_dir)
+            except WriteAheadLogError as e:
+                raise CheckpointError(str(e)) from e
+        self.layout = layout
+        self.checkpoint_dir = layout.checkpoint_dir
+        self._fs, self._root, self._local = layout.filesystem, layout.root, layout.is_local
+        self.path = layout.checkpoint_file
         self._lock = threading.Lock()
         self.writes = 0
 
@@ -152,7 +148,7 @@ class CheckpointStore:
     def write(self, checkpoint: Checkpoint) -> None:
         """Write ``checkpoint`` atomically (temporary file, then rename)."""
         data = checkpoint.to_json()
-        tmp = posixpath.join(self._root, f".{CHECKPOINT_FILE}.{uuid.uuid4().hex}.tmp")
+        tmp = self.layout.checkpoint_temp_file()
         with self._lock:
             try:
                 if self._local:
@@ -193,7 +189,7 @@ class CheckpointStore:
         """Rename a corrupt checkpoint aside (``checkpoint.json.corrupt-<id>``); return its path."""
         if not self.exists():
             return None
-        target = f"{self.path}.corrupt-{uuid.uuid4().hex[:8]}"
+        target = self.layout.corrupt_checkpoint_file()
         try:
             if self._local:
                 os.replace(self.path, target)

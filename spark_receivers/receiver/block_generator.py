@@ -12,21 +12,31 @@ Threads: ``add_data*`` run on the receiver's threads; the timer thread cuts
 blocks and calls ``on_generate_block`` under the generator's lock (it must not
 block); the pushing thread calls ``on_push_block`` (it may block: it stores the
 block and reports it to the driver) and ``on_error``.
+
+No thread dies silently (aiokafka's sender fails every pending waiter). An
+``Exception`` from ``on_push_block`` fails that block only (``on_error``); anything
+else that kills the pushing thread or the timer thread **fails the generator**:
+:attr:`BlockGenerator.failure` holds the cause, every waiter wakes (``add_data*``
+waiting for room or for rate-limit tokens raise :class:`ReceiverError` chained to
+the cause, the timer waiting for room in the queue returns, ``stop()`` returns),
+queued blocks and buffered records are dropped (logged with their counts), and
+``on_fatal`` is called once. The owner is expected to stop (the supervisor stops
+its receiver with the cause, so its task ends with the error).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from spark_receivers.errors import StateError
+from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.rpc.messages import StreamBlockId
 from spark_receivers.util.clock import Clock, SystemClock
@@ -79,10 +89,19 @@ class BlockGeneratorListener(Protocol):
         """Store and report ``block`` (pushing thread; may block; raise on failure)."""
 
     def on_error(self, message: str, error: BaseException) -> None:
-        """Pushing ``block`` failed; the generator goes on with the next one."""
+        """Pushing a block failed; the generator goes on with the next one (pushing thread)."""
+
+    def on_fatal(self, message: str, error: BaseException) -> None:
+        """The generator failed for good: its pushing or timer thread died of ``error``.
+
+        Called once, on the dying thread, outside the generator's lock. Must not
+        block for long and must not call :meth:`BlockGenerator.stop` on this
+        thread (it joins the pushing thread): hand the stop to another thread.
+        """
 
 
-_STOP = object()
+def _records_in(parts: Iterable[list[Any] | pa.Table]) -> int:
+    return sum(p.num_rows if isinstance(p, pa.Table) else len(p) for p in parts)
 
 
 class BlockGenerator:
@@ -91,7 +110,8 @@ class BlockGenerator:
     ``next_block_id()`` gives each block its id (the supervisor's counter, so
     ids stay unique across generators and restarts). At most
     ``block_queue_size`` cut blocks wait for the pushing thread; when the queue
-    is full, adding blocks the caller.
+    is full, adding blocks the caller. If the generator fails (see the module
+    doc), adding raises :class:`ReceiverError` chained to :attr:`failure`.
 
     Example::
 
@@ -130,14 +150,26 @@ class BlockGenerator:
         # True while ACTIVE, not waiting for room, and unmetered or with credit left:
         # the one flag add_data checks on its fast path.
         self._open = False
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=block_queue_size)
+        # Cut blocks waiting for the pushing thread; under _lock. The timer waits on
+        # _space when it is full, the pushing thread on _not_empty when it is empty.
+        self._queue: deque[Block] = deque()
+        self._queue_size = block_queue_size
+        self._space = threading.Condition(self._lock)
+        self._not_empty = threading.Condition(self._lock)
+        self._stop_pushing = False
+        self._failure: BaseException | None = None
         self._timer = RecurringTimer(
-            self._clock, block_interval_ms, self._cut_block, f"{name}-timer"
+            self._clock,
+            block_interval_ms,
+            self._cut_block,
+            f"{name}-timer",
+            on_error=lambda e: self._fail(e, "timer thread"),
         )
         self._pusher = threading.Thread(
             target=self._keep_pushing, name=f"{name}-pusher", daemon=True
         )
         self._state = BlockGeneratorState.INITIALIZED
+        # Set when adding must stop waiting for rate-limit tokens (stop or failure).
         self._interrupt = threading.Event()
 
     @property
@@ -149,6 +181,11 @@ class BlockGenerator:
     def waiting_for_room(self) -> bool:
         """True while a cut block waits for room in the full queue (adds block)."""
         return self._waiting_for_room
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What killed the pushing or timer thread (the generator then failed), or None."""
+        return self._failure
 
     def start(self) -> None:
         """Start the timer and the pushing thread; only from ``INITIALIZED``."""
@@ -165,7 +202,10 @@ class BlockGenerator:
     def stop(self) -> None:
         """Stop adding, cut the last block, push every queued block, join; idempotent.
 
-        Records added before ``stop`` are all pushed before it returns.
+        Records added before ``stop`` are all pushed before it returns, unless
+        the generator failed: then it returns without pushing (what was dropped
+        is logged). Adders blocked for room or tokens wake and raise
+        :class:`StateError`. Must not be called from ``on_push_block``.
         """
         with self._lock:
             if self._state is not BlockGeneratorState.ACTIVE:
@@ -175,11 +215,17 @@ class BlockGenerator:
             self._state = BlockGeneratorState.STOPPED_ADDING_DATA
             self._open = False
             self._room.notify_all()
+        self._interrupt.set()
+        self.rate_limiter.wake_waiters()
+        # The final tick may wait for room in the queue: the pushing thread makes
+        # it, or a failure releases it.
         self._timer.stop(final_tick=True)
         with self._lock:
             self._state = BlockGeneratorState.STOPPED_GENERATING_BLOCKS
-        self._queue.put(_STOP)
-        self._pusher.join()
+            self._stop_pushing = True
+            self._not_empty.notify_all()
+        if self._pusher is not threading.current_thread():
+            self._pusher.join()
         with self._lock:
             self._state = BlockGeneratorState.STOPPED_ALL
         log.debug("%s stopped", self._name)
@@ -221,6 +267,7 @@ class BlockGenerator:
             self._state is BlockGeneratorState.ACTIVE
             and not self._waiting_for_room
             and (not self._metered or self._credit > 0)
+            and self._failure is None
         )
 
     def add_many(self, records: Iterable[Any]) -> int:
@@ -271,9 +318,22 @@ class BlockGenerator:
             self._reopen()
 
     def _wait_until_open(self) -> None:
-        """Under the lock: wait while a cut block waits for room; raise unless ACTIVE."""
-        while self._waiting_for_room and self._state is BlockGeneratorState.ACTIVE:
+        """Under the lock: wait while a cut block waits for room; raise unless ACTIVE.
+
+        Raises :class:`ReceiverError` (chained) once the generator failed.
+        """
+        while (
+            self._waiting_for_room
+            and self._state is BlockGeneratorState.ACTIVE
+            and self._failure is None
+        ):
             self._room.wait()
+        if self._failure is not None:
+            msg = (
+                f"Cannot add data as BlockGenerator {self._name} failed: "
+                f"{self._failure!r}; the receiver must stop"
+            )
+            raise ReceiverError(msg) from self._failure
         if self._state is not BlockGeneratorState.ACTIVE:
             self._not_active()
 
@@ -285,39 +345,90 @@ class BlockGenerator:
         raise StateError(msg)
 
     def _cut_block(self, time_ms: int) -> None:
-        block = None
         with self._lock:
+            if self._failure is not None:
+                return
             if self._buffer:
                 self._parts.append(self._buffer)
                 self._buffer = []
-            if self._parts:
-                parts, self._parts = tuple(self._parts), []
-                block = Block(self._next_block_id(), parts, time_ms - self.block_interval_ms)
-                self._listener.on_generate_block(block.block_id)
-        if block is None:
-            return
-        try:
-            self._queue.put_nowait(block)
-        except queue.Full:
-            with self._lock:
+            if not self._parts:
+                return
+            parts, self._parts = tuple(self._parts), []
+            block = Block(self._next_block_id(), parts, time_ms - self.block_interval_ms)
+            self._listener.on_generate_block(block.block_id)
+            if len(self._queue) >= self._queue_size:
+                # Adds wait too (memory stays bounded) until the pushing thread
+                # makes room, or the generator fails.
                 self._waiting_for_room = True
                 self._open = False
-            self._queue.put(block)
-            with self._lock:
+                while len(self._queue) >= self._queue_size and self._failure is None:
+                    self._space.wait()
                 self._waiting_for_room = False
                 self._reopen()
                 self._room.notify_all()
+            failed = self._failure is not None
+            if not failed:
+                self._queue.append(block)
+                self._not_empty.notify()
+        if failed:
+            log.error(
+                "%s failed while block %s (%d records) waited for room; dropped",
+                self._name,
+                block.block_id,
+                _records_in(block.parts),
+            )
 
     def _keep_pushing(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
+        try:
+            while True:
+                with self._lock:
+                    while not (self._queue or self._stop_pushing or self._failure is not None):
+                        self._not_empty.wait()
+                    if self._failure is not None or not self._queue:
+                        return  # failed, or stopped and drained
+                    block = self._queue.popleft()
+                    self._space.notify()
+                self._push(block)
+        except BaseException as e:  # noqa: BLE001 - the generator fails with the cause
+            self._fail(e, "pushing thread")
+
+    def _push(self, block: Block) -> None:
+        """Push one block; an ``Exception`` fails this block only (reported to ``on_error``)."""
+        try:
+            self._listener.on_push_block(block)
+        except Exception as e:
+            log.exception("%s failed to push block %s", self._name, block.block_id)
             try:
-                self._listener.on_push_block(item)
-            except Exception as e:
-                log.exception("%s failed to push block %s", self._name, item.block_id)
-                try:
-                    self._listener.on_error(f"Error in block pushing thread: {e}", e)
-                except Exception:
-                    log.exception("%s: on_error raised", self._name)
+                self._listener.on_error(f"Error in block pushing thread: {e}", e)
+            except Exception:
+                log.exception("%s: on_error raised", self._name)
+
+    def _fail(self, error: BaseException, where: str) -> None:
+        """Fail the generator with ``error``: wake every waiter, drop what is pending, tell."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = error
+            self._open = False
+            dropped = list(self._queue)
+            self._queue.clear()
+            buffered = _records_in([*self._parts, self._buffer])
+            self._parts, self._buffer = [], []
+            self._room.notify_all()
+            self._space.notify_all()
+            self._not_empty.notify_all()
+        self._interrupt.set()
+        self.rate_limiter.wake_waiters()
+        message = f"BlockGenerator {self._name} failed: its {where} died of {error!r}"
+        log.error(
+            "%s; dropped %d queued block(s) (%d records) and %d buffered record(s)",
+            message,
+            len(dropped),
+            _records_in(p for b in dropped for p in b.parts),
+            buffered,
+            exc_info=error,
+        )
+        try:
+            self._listener.on_fatal(message, error)
+        except Exception:
+            log.exception("%s: on_fatal raised", self._name)

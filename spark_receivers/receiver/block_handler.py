@@ -16,8 +16,10 @@ Spark's ``ReceivedBlockHandler`` pair:
 
 The receiver WAL lives in ``<checkpoint_dir>/receivedData/<stream_id>`` on any
 ``pyarrow.fs`` filesystem (``checkpoint_dir`` may be a URI such as
-``s3://bucket/ckpt``). :func:`read_block_from_wal` is the reading side, used by
-batch readers on executors.
+``s3://bucket/ckpt``; see :class:`~spark_receivers.wal.layout.CheckpointLayout`).
+Blocks are written with :func:`~spark_receivers.wal.block_records.encode_block`;
+:func:`~spark_receivers.wal.block_records.read_block_from_wal` is the reading side,
+used by batch readers on executors.
 
 Thread-safety: ``store_block`` may be called from several threads at once (the
 block pushing thread and receiver threads storing reliably); the WAL serialises
@@ -34,30 +36,24 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.ipc as ipc
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.errors import BlockStoreError, ConfigError, WriteAheadLogError
+from spark_receivers.errors import BlockStoreError, ConfigError
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.util.clock import Clock, SystemClock
-from spark_receivers.wal.base import RecordHandle, WriteAheadLog, confine_handle
+from spark_receivers.wal.base import RecordHandle, WriteAheadLog
+from spark_receivers.wal.block_records import encode_block
 from spark_receivers.wal.file_log import FileBasedWriteAheadLog
+from spark_receivers.wal.layout import RECEIVED_DATA, CheckpointLayout, resolve_filesystem
 
 __all__ = [
     "BlockStoreBasedBlockHandler",
     "BlockStoreResult",
     "ReceivedBlockHandler",
     "WriteAheadLogBasedBlockHandler",
-    "decode_block",
-    "encode_block",
-    "read_block_from_wal",
-    "received_data_dir",
-    "resolve_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
-
-RECEIVED_DATA = "receivedData"
 
 
 @dataclass(frozen=True)
@@ -135,14 +131,15 @@ class WriteAheadLogBasedBlockHandler:
             raise ConfigError(msg)
         self.block_store = block_store
         self.stream_id = stream_id
-        self.log_dir = received_data_dir(checkpoint_dir, stream_id)
+        self.layout = CheckpointLayout(checkpoint_dir)
+        self.log_dir = self.layout.receiver_wal_dir(stream_id)
+        """The receiver WAL directory, a path on ``layout.filesystem``."""
         self._timeout_s = config.block_store_timeout_s
         self._clock = clock or SystemClock()
         if wal is None:
-            fs, path = resolve_checkpoint(self.log_dir)
             wal = FileBasedWriteAheadLog(
-                path,
-                filesystem=fs,
+                self.log_dir,
+                filesystem=self.layout.filesystem,
                 rolling_interval_s=config.receiver_wal_rolling_interval_s,
                 max_failures=config.receiver_wal_max_failures,
                 close_file_after_write=config.receiver_wal_close_file_after_write,
@@ -214,69 +211,20 @@ class WriteAheadLogBasedBlockHandler:
         self.wal.close()
 
 
-def encode_block(table: pa.Table) -> memoryview:
-    """Serialize a block as an Arrow IPC stream (schema + record batches).
-
-    The stream is measured first (``MockOutputStream`` writes nothing) and then
-    written once into a buffer of exactly that size, returned as a view without a
-    copy: growing a ``BufferOutputStream`` and copying it to ``bytes`` took ~9x as
-    long for a 100 MB block, on the receiver's critical path.
-    """
-    counter = pa.MockOutputStream()
-    with ipc.new_stream(counter, table.schema) as writer:
-        writer.write_table(table)
-    buffer = pa.allocate_buffer(counter.size())
-    with ipc.new_stream(pa.FixedSizeBufferWriter(buffer), table.schema) as writer:
-        writer.write_table(table)
-    return memoryview(buffer)
-
-
-def decode_block(data: bytes, where: str = "") -> pa.Table:
-    """Read a block written by :func:`encode_block`; raise :class:`BlockStoreError` if it is not."""
-    try:
-        return ipc.open_stream(pa.py_buffer(data)).read_all()
-    except (pa.ArrowInvalid, OSError) as e:
-        msg = f"WAL record {where} is not an Arrow IPC block: {e}"
-        raise BlockStoreError(msg) from e
+# --- kept for driver/receiver_tracker.py until it switches to CheckpointLayout ---------
 
 
 def received_data_dir(checkpoint_dir: str, stream_id: int | None = None) -> str:
-    """``<checkpoint_dir>/receivedData[/<stream_id>]`` (a path or URI like its input)."""
+    """Deprecated: use :class:`~spark_receivers.wal.layout.CheckpointLayout`.
+
+    ``<checkpoint_dir>/receivedData[/<stream_id>]`` joined on the string (a URI's
+    query string ends up mid-path; the layout joins on the resolved path).
+    """
     base = checkpoint_dir.rstrip("/") or "/"
     path = posixpath.join(base, RECEIVED_DATA)
     return path if stream_id is None else posixpath.join(path, str(stream_id))
 
 
 def resolve_checkpoint(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
-    """The ``pyarrow.fs`` filesystem and the path on it of a local path or a URI."""
-    if "://" in path_or_uri:
-        try:
-            fs, path = pafs.FileSystem.from_uri(path_or_uri)
-        except (ValueError, OSError, pa.ArrowInvalid) as e:
-            msg = f"cannot resolve the checkpoint location {path_or_uri!r}: {e}"
-            raise WriteAheadLogError(msg) from e
-        return fs, path
-    return pafs.LocalFileSystem(), posixpath.abspath(path_or_uri)
-
-
-def read_block_from_wal(
-    checkpoint_dir: str, stream_id: int, handle_dict: dict[str, Any]
-) -> pa.Table:
-    """Read a block back from the receiver WAL through its record handle.
-
-    The handle is checked first: it must lie inside ``<checkpoint_dir>/receivedData``
-    (handles come from the network). Raises :class:`WriteAheadLogError` if it does
-    not, if its segment is gone or its record is corrupt, and
-    :class:`BlockStoreError` if the record is not an Arrow block.
-    """
-    handle = RecordHandle.from_dict(handle_dict)
-    fs, root = resolve_checkpoint(received_data_dir(checkpoint_dir))
-    confine_handle(handle, root)
-    stream_root = posixpath.join(root, str(stream_id))
-    confine_handle(handle, stream_root)
-    reader = FileBasedWriteAheadLog(stream_root, filesystem=fs, fsync=False)
-    try:
-        data = reader.read(handle)
-    finally:
-        reader.close()
-    return decode_block(data, f"{handle.path}@{handle.offset}")
+    """Deprecated: use :func:`~spark_receivers.wal.layout.resolve_filesystem`."""
+    return resolve_filesystem(path_or_uri, "checkpoint location")

@@ -406,6 +406,19 @@ class ReceiverSupervisor:
         """A block could not be pushed: tell the driver."""
         self.report_error(message, error)
 
+    def on_fatal(self, message: str, error: BaseException) -> None:
+        """The block generator died: stop with its cause, so the task fails and is relaunched.
+
+        Runs on the generator's dying thread; the stop runs on a thread of its own
+        (it joins the generator's threads).
+        """
+        threading.Thread(
+            target=self.stop,
+            args=(message, error),
+            name=f"receiver-{self.stream_id}-stop",
+            daemon=True,
+        ).start()
+
     # --- server side ------------------------------------------------------------
 
     def _remove_blocks(self, names: list[str] | tuple[str, ...]) -> int:

@@ -10,7 +10,6 @@ named by the message type with a JSON body, blocks are served by ``do_get``.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +20,7 @@ import pyarrow.flight as flight
 from spark_receivers.errors import AuthenticationError, RpcError
 from spark_receivers.rpc import messages
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, sign
+from spark_receivers.rpc.hosts import local_host
 from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -187,22 +187,8 @@ class EndpointClient:
 
 
 def local_bind_host(spark_conf: dict[str, str] | None = None) -> str:
-    """The host our servers bind to and advertise.
+    """The host our servers bind to and advertise: :func:`spark_receivers.rpc.hosts.local_host`.
 
-    ``SPARK_LOCAL_IP`` when set (it is what Spark itself binds to), else the
-    driver's ``spark.driver.bindAddress``/``spark.driver.host`` on the driver,
-    else this machine's resolved hostname.
+    Kept for callers not moved yet; new code calls :func:`~spark_receivers.rpc.hosts.local_host`.
     """
-    import os
-
-    ip = os.environ.get("SPARK_LOCAL_IP")
-    if ip:
-        return ip
-    if spark_conf:
-        for key in ("spark.driver.bindAddress", "spark.driver.host"):
-            if spark_conf.get(key):
-                return spark_conf[key]
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
+    return local_host(spark_conf)

@@ -12,6 +12,7 @@ report the loss to listeners.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -22,6 +23,7 @@ import pyarrow as pa
 from spark_receivers.errors import BlockNotFoundError, BlockStoreError, RpcError, WriteAheadLogError
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.wal.layout import CheckpointLayout
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,12 @@ def _drop_client(endpoint: str, secret: str) -> None:
         client.close()
 
 
+@functools.lru_cache(maxsize=8)
+def _layout(checkpoint_dir: str) -> CheckpointLayout:
+    """The layout of ``checkpoint_dir``, resolved once per worker (a URI builds a client)."""
+    return CheckpointLayout(checkpoint_dir)
+
+
 def fetch_block(
     info: ReceivedBlockInfo,
     secret: str,
@@ -75,10 +83,10 @@ def fetch_block(
             _drop_client(info.store_endpoint, secret)
     where = f"its block store at {info.store_endpoint}" if info.store_endpoint else "no block store"
     if info.wal_handle is not None and checkpoint_dir:
-        from spark_receivers.receiver.block_handler import read_block_from_wal
+        from spark_receivers.wal.block_records import read_block_from_wal
 
         try:
-            table = read_block_from_wal(checkpoint_dir, info.stream_id, info.wal_handle)
+            table = read_block_from_wal(_layout(checkpoint_dir), info.stream_id, info.wal_handle)
         except (WriteAheadLogError, BlockStoreError) as e:
             msg = (
                 f"{LOST_BLOCK_MARKER} {info.block_id} of stream {info.stream_id} "

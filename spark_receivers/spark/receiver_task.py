@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.rpc.hosts import local_host
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,12 @@ class ReceiverTaskSpec:
 
 
 def executor_host() -> str:
-    """The address this executor's servers bind to and advertise."""
-    ip = os.environ.get("SPARK_LOCAL_IP")
-    if ip:
-        return ip
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
+    """The address this executor's servers bind to and advertise.
+
+    :func:`spark_receivers.rpc.hosts.local_host` without a Spark conf (executors
+    do not see the driver's keys).
+    """
+    return local_host()
 
 
 def executor_id() -> str:
@@ -85,7 +83,7 @@ def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iter
             spec.tracker_address,
             spec.secret,
             StreamingConfig(**spec.config),
-            executor_host(),
+            local_host(),
             executor_id(),
         )
         supervisor.start()

@@ -18,19 +18,35 @@ class RecurringTimer:
     (or at ``start_ms`` when given). :meth:`stop` with ``final_tick=True`` makes
     the thread run one last callback, at the current time, before it exits, so a
     block generator cuts its last block without waiting for the next period.
+
+    When ``callback`` raises, the timer thread dies. With ``on_error`` the cause
+    is logged with its stack, kept in :attr:`failure`, and ``on_error(exc)`` is
+    called once, on the dying timer thread (it may not block for long; an
+    exception it raises is logged), so that the owner can fail instead of
+    waiting for ticks that will never come. Without ``on_error`` the cause is
+    logged and re-raised (it reaches ``threading.excepthook``).
     """
 
     def __init__(
-        self, clock: Clock, period_ms: int, callback: Callable[[int], None], name: str
+        self,
+        clock: Clock,
+        period_ms: int,
+        callback: Callable[[int], None],
+        name: str,
+        *,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._clock = clock
         self._period_ms = period_ms
         self._callback = callback
         self._name = name
+        self._on_error = on_error
         self._cancel = threading.Event()
         self._final_tick = False
         self._thread: threading.Thread | None = None
         self.next_time_ms = -1
+        self.failure: BaseException | None = None
+        """What killed the timer thread, or None."""
 
     def start(self, start_ms: int | None = None) -> int:
         """Start ticking; return the time of the first tick."""
@@ -46,7 +62,7 @@ class RecurringTimer:
         return start_ms
 
     def stop(self, final_tick: bool = False, timeout_s: float | None = None) -> None:
-        """Stop the timer and join its thread; idempotent."""
+        """Stop the timer and join its thread; idempotent (returns at once if it died)."""
         self._final_tick = final_tick
         self._cancel.set()
         wake = getattr(self._clock, "wake_all", None)
@@ -65,6 +81,12 @@ class RecurringTimer:
                 self.next_time_ms += self._period_ms
             if self._final_tick:
                 self._callback(self._clock.get_time_ms())
-        except Exception:
+        except BaseException as e:
+            self.failure = e
             log.exception("timer %s died", self._name)
-            raise
+            if self._on_error is None:
+                raise
+            try:
+                self._on_error(e)
+            except Exception:
+                log.exception("timer %s: on_error raised", self._name)

@@ -7,6 +7,10 @@ Used by both receivers (blocks) and the driver (block events). Public names:
 * :class:`FileBasedWriteAheadLog` - segment files on a local disk or any pyarrow filesystem.
 * :class:`BatchedWriteAheadLog` - groups concurrent writes into one record.
 * :func:`encode_frame` / :class:`FrameDecoder` - the on-disk record framing.
+* :class:`CheckpointLayout` - every path under a checkpoint directory, resolved once.
+
+Blocks as receiver-WAL records (codec and read-back) are in
+:mod:`spark_receivers.wal.block_records`.
 
 Fault injection for tests lives in :mod:`spark_receivers.wal.faults` (not re-exported).
 """
@@ -25,11 +29,13 @@ from spark_receivers.wal.framing import (
     decode_bytes,
     encode_frame,
 )
+from spark_receivers.wal.layout import CheckpointLayout, resolve_filesystem
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "HEADER_SIZE",
     "BatchedWriteAheadLog",
+    "CheckpointLayout",
     "FileBasedWriteAheadLog",
     "FrameDecoder",
     "RecordHandle",
@@ -39,5 +45,6 @@ __all__ = [
     "decode_bytes",
     "deserialize_batch",
     "encode_frame",
+    "resolve_filesystem",
     "serialize_batch",
 ]

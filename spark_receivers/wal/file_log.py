@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import os
 import re
 import threading
 from collections import deque
@@ -47,6 +46,7 @@ from spark_receivers.wal.framing import (
     encode_header,
     read_frame_at,
 )
+from spark_receivers.wal.layout import resolve_filesystem
 
 __all__ = ["FileBasedWriteAheadLog", "SegmentInfo", "list_segments"]
 
@@ -88,8 +88,9 @@ class FileBasedWriteAheadLog(WriteAheadLog):
     """A rolling, checksummed, file-based write-ahead log (Spark's ``FileBasedWriteAheadLog``).
 
     ``log_dir`` is a local path or a URI (``s3://bucket/dir``, ``file:///tmp/wal``)
-    resolved with ``pyarrow.fs.FileSystem.from_uri`` unless ``filesystem`` is
-    given, in which case ``log_dir`` is a path on it. Nothing is created until the
+    resolved with :func:`~spark_receivers.wal.layout.resolve_filesystem` unless
+    ``filesystem`` is given, in which case ``log_dir`` is a path on it (what
+    :class:`~spark_receivers.wal.layout.CheckpointLayout` hands out). Nothing is created until the
     first write.
 
     Durability: with ``fsync=True`` on a local filesystem every record is
@@ -429,14 +430,7 @@ def _make_storage(
         msg = "log_dir must be a non-empty path or URI"
         raise WriteAheadLogError(msg)
     if filesystem is None:
-        if "://" in log_dir:
-            try:
-                filesystem, path = pafs.FileSystem.from_uri(log_dir)
-            except (ValueError, OSError) as exc:
-                msg = f"cannot resolve the WAL directory URI {log_dir!r}: {exc}"
-                raise WriteAheadLogError(msg) from exc
-        else:
-            return LocalStorage(os.path.abspath(log_dir), fsync_hook)
+        filesystem, path = resolve_filesystem(log_dir, "WAL directory")
     else:
         path = log_dir
     if isinstance(filesystem, pafs.LocalFileSystem):

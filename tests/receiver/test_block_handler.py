@@ -19,9 +19,6 @@ from spark_receivers.errors import (
 from spark_receivers.receiver.block_handler import (
     BlockStoreBasedBlockHandler,
     WriteAheadLogBasedBlockHandler,
-    decode_block,
-    read_block_from_wal,
-    received_data_dir,
 )
 from spark_receivers.receiver.block_store import BlockStore, StorageLevel
 from spark_receivers.receiver.receiver import Receiver
@@ -30,8 +27,18 @@ from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.util.clock import ManualClock
-from spark_receivers.wal import FileBasedWriteAheadLog, RecordHandle, WriteAheadLog
+from spark_receivers.wal import (
+    CheckpointLayout,
+    FileBasedWriteAheadLog,
+    RecordHandle,
+    WriteAheadLog,
+)
+from spark_receivers.wal.block_records import decode_block, read_block_from_wal
 from spark_receivers.wal.faults import FaultInjector
+
+
+def received_data_dir(checkpoint_dir: str, stream_id: int) -> str:
+    return CheckpointLayout(checkpoint_dir).receiver_wal_dir(stream_id)
 
 
 def table(start: int, n: int = 10) -> pa.Table:

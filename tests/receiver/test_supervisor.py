@@ -14,10 +14,12 @@ import pyarrow as pa
 import pytest
 
 from spark_receivers import Receiver
+from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.receiver.supervisor import ReceiverSupervisor
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
-from spark_receivers.testing import StandInTracker, supervise
+from spark_receivers.testing import ManualClock, StandInTracker, supervise
 
 WAIT_S = 15
 
@@ -223,3 +225,32 @@ def test_block_generator_throttling(tracker):
     assert 200 / elapsed <= 100 * 1.15
     full = counts[1:-1]
     assert full and max(full) <= 10 + 3
+
+
+class Fatal(BaseException):
+    """Not an Exception: the generator's per-block handler lets it through."""
+
+
+def test_a_dead_block_generator_stops_the_supervisor_with_its_cause(tracker):
+    clock = ManualClock(0)
+    cfg = StreamingConfig(block_interval_ms=50, receiver_drain_timeout_s=5.0)
+    receiver = Recording()
+    sup = ReceiverSupervisor(
+        receiver, 0, tracker.endpoint.address, tracker.secret, cfg, "127.0.0.1", "driver", clock
+    )
+    death = Fatal("the block handler's process state is gone")
+
+    def store_block(*args):
+        raise death
+
+    sup.block_handler.store_block = store_block
+    sup.start()
+    receiver.store("never pushed")
+    clock.advance(50)  # the block is cut; pushing it kills the pushing thread
+    with pytest.raises(ReceiverError, match="receiver 0 stopped") as info:
+        sup.await_termination(WAIT_S)
+    assert info.value.__cause__ is death
+    assert receiver.is_stopped() and receiver.stops == 1
+    (dereg,) = tracker.of(m.DeregisterReceiver)
+    assert "BlockGenerator" in dereg.message and "Fatal" in dereg.error
+    assert tracker.of(m.AddBlock) == []
