@@ -114,7 +114,9 @@ class JobGenerator:
         self._clock = clock
         self._checkpoint_lock = threading.Lock()
         self.recovered_batches: list[int] = []
-        self._timer = RecurringTimer(clock, batch_interval_ms, self._tick, "job-generator")
+        self._timer = RecurringTimer(
+            clock, batch_interval_ms, self._generate, "job-generator", on_error=hooks.timer_died
+        )
         self._executor = ThreadPoolExecutor(concurrent_jobs, thread_name_prefix="streaming-batch")
         self._lock = threading.Condition()
         self._pending: dict[int, Future[None]] = {}
@@ -172,15 +174,6 @@ class JobGenerator:
                 self._hooks.write_checkpoint(last, pending)
             except Exception:
                 log.exception("could not write the checkpoint (last completed batch %d)", last)
-
-    def _tick(self, batch_time_ms: int) -> None:
-        """One timer tick; a raise here ends the timer thread: tell the owner first."""
-        try:
-            self._generate(batch_time_ms)
-        except BaseException as e:
-            log.exception("the job generator's timer dies at batch %d", batch_time_ms)
-            self._hooks.timer_died(e)
-            raise
 
     def _generate(self, batch_time_ms: int) -> None:
         try:

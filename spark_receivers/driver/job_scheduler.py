@@ -61,6 +61,7 @@ from spark_receivers.spark import block_source, stream_source
 from spark_receivers.spark.block_fetch import lost_blocks_in
 from spark_receivers.stream import ReceiverInputStream
 from spark_receivers.util.clock import Clock
+from spark_receivers.wal.layout import CheckpointLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,6 +112,7 @@ class JobScheduler:
         self._interval_ms = batch_interval_ms
         self._config = config
         self._checkpoint_dir = config.checkpoint_dir or None
+        self._layout = CheckpointLayout(self._checkpoint_dir) if self._checkpoint_dir else None
         self._secret = secret
         self._host = host
         self._bus = bus
@@ -183,7 +185,7 @@ class JobScheduler:
         )
         if cfg.backpressure_enabled:
             self._start_rate_controllers()
-        self._checkpoints = CheckpointStore(self._checkpoint_dir) if self._checkpoint_dir else None
+        self._checkpoints = CheckpointStore(self._layout) if self._layout else None
         self.job_generator = JobGenerator(
             self._spark.sparkContext,
             self._interval_ms,
@@ -215,7 +217,8 @@ class JobScheduler:
         ids, offset_ids = [s.stream_id for s in self._graph.inputs], self._graph.structured_ids
         if not self._checkpoint_dir:
             return ReceivedBlockTracker(ids, clock=self._clock, offset_stream_ids=offset_ids)
-        wal = create_driver_wal(self._checkpoint_dir, self._config, self._clock)
+        assert self._layout is not None
+        wal = create_driver_wal(self._layout, self._config, self._clock)
         recover = self._recovery is not None
         if not recover:
             # A fresh start must not later replay the events of an older run: drop them.
@@ -267,14 +270,9 @@ class JobScheduler:
         Batch readers open the file a handle names: one from the network must not
         point anywhere else (``..``, another stream, another directory).
         """
-        from spark_receivers.receiver.block_handler import received_data_dir, resolve_checkpoint
-        from spark_receivers.wal.base import RecordHandle, confine_handle
-
-        assert self._checkpoint_dir is not None
+        assert self._layout is not None
         try:
-            handle = RecordHandle.from_dict(info.wal_handle or {})
-            _, root = resolve_checkpoint(received_data_dir(self._checkpoint_dir, info.stream_id))
-            confine_handle(handle, root)
+            self._layout.confine_receiver_handle(info.wal_handle or {}, info.stream_id)
         except WriteAheadLogError as e:
             msg = f"block {info.block_id} has a bad WAL handle: {e}"
             raise RpcError(msg) from None

@@ -30,7 +30,6 @@ their blocks go to the block logs of :mod:`spark_receivers.driver.block_log`
 from __future__ import annotations
 
 import logging
-import posixpath
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -52,26 +51,24 @@ from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import WriteAheadLog
 from spark_receivers.wal.batched_log import BatchedWriteAheadLog
 from spark_receivers.wal.file_log import FileBasedWriteAheadLog
+from spark_receivers.wal.layout import CheckpointLayout
 
 log = logging.getLogger(__name__)
 
-RECEIVED_BLOCK_METADATA = "receivedBlockMetadata"
-
-
-def driver_wal_dir(checkpoint_dir: str) -> str:
-    """``<checkpoint_dir>/receivedBlockMetadata`` (a path or URI like its input)."""
-    return posixpath.join(checkpoint_dir.rstrip("/") or "/", RECEIVED_BLOCK_METADATA)
-
 
 def create_driver_wal(
-    checkpoint_dir: str, config: StreamingConfig, clock: Clock | None = None
+    checkpoint: str | CheckpointLayout, config: StreamingConfig, clock: Clock | None = None
 ) -> WriteAheadLog:
-    """The driver's WAL under ``checkpoint_dir``, configured by the ``driver_wal_*`` keys.
+    """The driver's WAL under a checkpoint directory, configured by the ``driver_wal_*`` keys.
 
     Nothing is created on the filesystem before the first write.
     """
+    layout = (
+        checkpoint if isinstance(checkpoint, CheckpointLayout) else CheckpointLayout(checkpoint)
+    )
     file_log = FileBasedWriteAheadLog(
-        driver_wal_dir(checkpoint_dir),
+        layout.driver_wal_dir,
+        filesystem=layout.filesystem,
         rolling_interval_s=config.driver_wal_rolling_interval_s,
         max_failures=config.driver_wal_max_failures,
         close_file_after_write=config.driver_wal_close_file_after_write,

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import posixpath
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, ConfigError
@@ -44,7 +42,7 @@ from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import RecordHandle, WriteAheadLog
 from spark_receivers.wal.block_records import encode_block
 from spark_receivers.wal.file_log import FileBasedWriteAheadLog
-from spark_receivers.wal.layout import RECEIVED_DATA, CheckpointLayout, resolve_filesystem
+from spark_receivers.wal.layout import CheckpointLayout
 
 __all__ = [
     "BlockStoreBasedBlockHandler",
@@ -209,22 +207,3 @@ class WriteAheadLogBasedBlockHandler:
         """Drop queued work, close the WAL (it waits for a write in progress); idempotent."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.wal.close()
-
-
-# --- kept for driver/receiver_tracker.py until it switches to CheckpointLayout ---------
-
-
-def received_data_dir(checkpoint_dir: str, stream_id: int | None = None) -> str:
-    """Deprecated: use :class:`~spark_receivers.wal.layout.CheckpointLayout`.
-
-    ``<checkpoint_dir>/receivedData[/<stream_id>]`` joined on the string (a URI's
-    query string ends up mid-path; the layout joins on the resolved path).
-    """
-    base = checkpoint_dir.rstrip("/") or "/"
-    path = posixpath.join(base, RECEIVED_DATA)
-    return path if stream_id is None else posixpath.join(path, str(stream_id))
-
-
-def resolve_checkpoint(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
-    """Deprecated: use :func:`~spark_receivers.wal.layout.resolve_filesystem`."""
-    return resolve_filesystem(path_or_uri, "checkpoint location")

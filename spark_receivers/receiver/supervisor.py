@@ -14,10 +14,10 @@ cycle between Started and Stopped while it restarts.
   passes — then release :meth:`await_termination`, which re-raises the
   stopping error.
 
-The block server answers ``StopReceiver``, ``ReleaseReceiver``,
-``CleanupOldBlocks`` (cleans the receiver WAL), ``RemoveBlocks`` and
-``UpdateRateLimit`` from the driver and serves blocks to batch readers (Arrow
-Flight, authenticated).
+Its :class:`~spark_receivers.receiver.block_server.BlockServer` answers the
+driver (``StopReceiver``, ``ReleaseReceiver``, ``CleanupOldBlocks``,
+``RemoveBlocks``, ``UpdateRateLimit``) and serves blocks to batch readers
+(Arrow Flight, authenticated).
 
 Blocks are stored through a :mod:`~spark_receivers.receiver.block_handler`:
 the block store only, or the block store and the receiver write-ahead log in
@@ -45,12 +45,13 @@ from spark_receivers.receiver.block_handler import (
     ReceivedBlockHandler,
     WriteAheadLogBasedBlockHandler,
 )
+from spark_receivers.receiver.block_server import BlockServer
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
 from spark_receivers.rpc import messages as m
-from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
+from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.util.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -108,17 +109,18 @@ class ReceiverSupervisor:
         else:
             self.block_handler = BlockStoreBasedBlockHandler(self.block_store)
         self._tracker = EndpointClient(tracker_address, secret)
-        self._server = FlightEndpoint(
-            f"receiver-{stream_id}",
+        self._server = BlockServer(
+            stream_id,
             host,
             secret,
-            m.SUPERVISOR_MESSAGES,
-            self._handle,
-            self._read_block,
-            config.max_message_bytes,
+            self.block_store,
+            stop=lambda message: self.stop(message, None),
+            cleanup=self.block_handler.cleanup_old_blocks,
+            update_rate=lambda rate: self._generator.update_rate(rate),
+            max_message_bytes=config.max_message_bytes,
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
-        self.rate_limiter = RateLimiter(config.max_rate_or_none, initial)
+        self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=self._clock)
         self._generator = BlockGenerator(
             self,
             self._next_block_id,
@@ -134,8 +136,6 @@ class ReceiverSupervisor:
         self._terminated = threading.Event()
         self._stopping_error: BaseException | None = None
         self._stop_message = ""
-        self._blocks_changed = threading.Condition()
-        self._released = False
         self.records_stored = 0
         self.blocks_pushed = 0
         # Receiver.store of one str with the default schema goes straight here.
@@ -228,34 +228,12 @@ class ReceiverSupervisor:
             self._stop_message = message
         self._stop_receiver(message, error)
         self._generator.stop()
-        self._linger()
+        self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
         self.block_handler.close()
         self._tracker.close()
         self._terminated.set()
-
-    def _linger(self) -> None:
-        # Blocks live in this task: keep serving them until the batches that hold
-        # them completed (the driver removes them), or the drain timeout passes.
-        timeout = self.config.receiver_drain_timeout_s
-        with self._blocks_changed:
-            done = self._blocks_changed.wait_for(
-                lambda: self._released or len(self.block_store) == 0, timeout
-            )
-        if self._released and len(self.block_store):
-            log.info(
-                "receiver %s released by the driver with %d unread block(s)",
-                self.stream_id,
-                len(self.block_store),
-            )
-        elif not done:
-            log.warning(
-                "receiver %s stops with %d unread block(s) after %.0fs",
-                self.stream_id,
-                len(self.block_store),
-                timeout,
-            )
 
     def restart_receiver(
         self, message: str, error: BaseException | None, delay_ms: int | None
@@ -376,10 +354,10 @@ class ReceiverSupervisor:
         try:
             ok = self._tracker.call(m.AddBlock(info))
         except Exception:
-            self._remove_blocks([name])
+            self._server.remove([name])
             raise
         if not ok:
-            self._remove_blocks([name])
+            self._server.remove([name])
             msg = f"Failed to add block {name} to receiver tracker"
             raise ReceiverError(msg)
         self.records_stored += table.num_rows
@@ -418,54 +396,3 @@ class ReceiverSupervisor:
             name=f"receiver-{self.stream_id}-stop",
             daemon=True,
         ).start()
-
-    # --- server side ------------------------------------------------------------
-
-    def _remove_blocks(self, names: list[str] | tuple[str, ...]) -> int:
-        n = self.block_store.remove(names)
-        with self._blocks_changed:
-            self._blocks_changed.notify_all()
-        return n
-
-    def _handle(self, message: m.SupervisorMessage) -> Any:
-        match message:
-            case m.StopReceiver():
-                threading.Thread(
-                    target=self.stop,
-                    args=("Stopped by driver", None),
-                    name="receiver-stop",
-                    daemon=True,
-                ).start()
-                return True
-            case m.ReleaseReceiver():
-                with self._blocks_changed:
-                    self._released = True
-                    self._blocks_changed.notify_all()
-                threading.Thread(
-                    target=self.stop,
-                    args=("Released by driver", None),
-                    name="receiver-stop",
-                    daemon=True,
-                ).start()
-                return True
-            case m.RemoveBlocks(block_ids=ids):
-                return self._remove_blocks(ids)
-            case m.CleanupOldBlocks(threshold_ms=threshold):
-                # As Spark: only the WAL is cleaned by age. In-memory blocks leave by
-                # id (RemoveBlocks), since a block cut before a batch time may still
-                # belong to a later batch (docs/decisions/0001).
-                self.block_handler.cleanup_old_blocks(threshold)
-                return True
-            case m.UpdateRateLimit(rate=rate):
-                self._generator.update_rate(rate)
-                return True
-        msg = f"unexpected message {message!r}"
-        raise StateError(msg)
-
-    def _read_block(self, ticket: bytes) -> pa.Table:
-        name = ticket.decode("ascii", "replace")
-        block_id = m.StreamBlockId.parse(name)
-        if block_id.stream_id != self.stream_id:
-            msg = f"block {name} does not belong to stream {self.stream_id}"
-            raise ReceiverError(msg)
-        return self.block_store.get(name)

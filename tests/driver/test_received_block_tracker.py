@@ -18,7 +18,6 @@ from spark_receivers.driver.block_events import (
 from spark_receivers.driver.received_block_tracker import (
     ReceivedBlockTracker,
     create_driver_wal,
-    driver_wal_dir,
 )
 from spark_receivers.errors import WriteAheadLogError
 from spark_receivers.rpc.messages import ReceivedBlockInfo
@@ -31,6 +30,7 @@ from spark_receivers.wal import (
     deserialize_batch,
 )
 from spark_receivers.wal.faults import FaultInjector
+from spark_receivers.wal.layout import CheckpointLayout
 
 
 def block(stream: int, seq: int, records: int = 10) -> ReceivedBlockInfo:
@@ -115,7 +115,7 @@ def open_tracker(ckpt, clock, batching, recover=False, streams=(0,), **cfg) -> R
 
 
 def logged_events(ckpt) -> list:
-    log = FileBasedWriteAheadLog(driver_wal_dir(str(ckpt)))
+    log = FileBasedWriteAheadLog(CheckpointLayout(str(ckpt)).driver_wal_dir)
     events = []
     for record in log.read_all():
         if record.startswith(b"SRB1"):
@@ -126,7 +126,7 @@ def logged_events(ckpt) -> list:
 
 
 def segments(ckpt) -> list[str]:
-    d = driver_wal_dir(str(ckpt))
+    d = CheckpointLayout(str(ckpt)).driver_wal_dir
     return sorted(n for n in os.listdir(d) if n.startswith("log-")) if os.path.isdir(d) else []
 
 
@@ -137,7 +137,9 @@ def test_driver_wal_is_batched_over_file_log_when_allowed(tmp_path):
         assert isinstance(batched, BatchedWriteAheadLog)
         assert isinstance(batched.wrapped, FileBasedWriteAheadLog)
         assert isinstance(plain, FileBasedWriteAheadLog)
-        assert not os.path.exists(driver_wal_dir(str(tmp_path)))  # nothing before a write
+        assert not os.path.exists(
+            CheckpointLayout(str(tmp_path)).driver_wal_dir
+        )  # nothing before a write
     finally:
         batched.close()
         plain.close()
@@ -342,7 +344,7 @@ def test_file_deletion_errors_during_cleanup_do_not_change_the_recovered_state(t
 
     def open_log() -> FileBasedWriteAheadLog:
         return FileBasedWriteAheadLog(
-            driver_wal_dir(str(tmp_path)),
+            CheckpointLayout(str(tmp_path)).driver_wal_dir,
             filesystem=faults.filesystem(),
             rolling_interval_s=config.driver_wal_rolling_interval_s,
             fsync=False,
