@@ -324,3 +324,35 @@ def test_a_dying_launcher_fails_the_context(world):
         assert status.jobs == 1 and "receiver job failed" in status.last_error_message
     finally:
         scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_a_failed_batch_reports_the_blocks_it_lost_then_fails_the_context(world):
+    from spark_receivers.driver.listener import StreamingListener
+
+    lost = []
+
+    class Lost(StreamingListener):
+        def on_block_lost(self, info) -> None:
+            lost.append(info)
+
+    scheduler = world.make()
+    scheduler._bus.add(Lost())
+    scheduler.start()
+    try:
+        inner = RuntimeError(
+            "lost block input-0-7-3 of stream 0 (12 records) could not be read: gone"
+        )
+        outer = RuntimeError("Job aborted due to stage failure")
+        outer.__cause__ = inner
+        scheduler.batch_failed(11_000, outer)
+        assert world.failures == ["failed"] and scheduler.error is outer
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)  # delivers what the bus holds
+    ((info),) = lost
+    assert (info.batch_time_ms, info.stream_id, info.block_id, info.num_records) == (
+        11_000,
+        0,
+        "input-0-7-3",
+        12,
+    )
+    assert info.reason.startswith("lost block input-0-7-3")
