@@ -52,3 +52,19 @@ class CheckpointError(SparkReceiversError):
 
 class OffsetError(SparkReceiversError, ValueError):
     """A Structured Streaming offset is outside what a stream's block log holds."""
+
+
+class StreamingError(SparkReceiversError):
+    """The streaming context failed; raised by ``StreamingContext.await_termination``.
+
+    Its cause (``__cause__``) is the first error that failed the context: a batch's
+    output operation, the job generator's timer, a receiver's launcher.
+    """
+
+
+class MissingDependencyError(SparkReceiversError, ImportError):
+    """A receiver needs a library that is not installed where it runs.
+
+    Raised on the executor when the receiver starts; the message names the
+    package and the extra that installs it (``pip install 'spark-receivers[mqtt]'``).
+    """
