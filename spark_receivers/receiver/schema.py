@@ -13,16 +13,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
+from pyspark.sql.types import StructType
 
 from spark_receivers.errors import ConfigError, ReceiverError
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType
 
 DEFAULT_SCHEMA = pa.schema([pa.field("value", pa.string())])
 """One string column ``value``: the schema of a receiver that declares none."""
 
-SchemaLike: TypeAlias = "pa.Schema | StructType | str"
+SchemaLike: TypeAlias = pa.Schema | StructType | str
 """What ``Receiver(schema=...)`` takes: an Arrow schema, a ``StructType`` or a DDL string."""
 
 SPARK_TIMEZONE = "UTC"
@@ -45,17 +46,14 @@ def as_arrow_schema(schema: Any, what: str = "schema") -> pa.Schema:
         from spark_receivers.receiver.ddl import parse_ddl
 
         arrow = _from_struct(parse_ddl(schema, what), what)
-    else:
-        from pyspark.sql.types import StructType
-
-        if not isinstance(schema, StructType):
-            msg = (
-                f"{what} must be a pyarrow.Schema, a pyspark StructType or a DDL string "
-                "such as 'ts timestamp, value string'; got "
-                f"{type(schema).__name__} {schema!r:.100}"
-            )
-            raise ConfigError(msg)
+    elif isinstance(schema, StructType):
         arrow = _from_struct(schema, what)
+    else:
+        msg = (
+            f"{what} must be a pyarrow.Schema, a pyspark StructType or a DDL string "
+            f"such as 'ts timestamp, value string'; got {type(schema).__name__} {schema!r:.100}"
+        )
+        raise ConfigError(msg)
     _check_readable(arrow, what)
     return arrow
 
