@@ -6,13 +6,13 @@ STAMP  := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test lint bench bench-quick chaos check-java clean
+.PHONY: demo test lint docs bench bench-quick chaos check-java clean
 
 $(STAMP): pyproject.toml
 	@scripts/check-java.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]'  # dev pulls in [all]: every receiver's library
 	@touch $(STAMP)
 
 check-java:
@@ -31,6 +31,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy tests/typing
+
+# docs/config.md and docs/errors.md from the code, the API reference (pdoc) in build/docs/api.
+docs: $(STAMP)
+	$(PY) scripts/docs.py
 
 bench: $(STAMP)
 	$(PY) -m bench.run

@@ -5,7 +5,7 @@ task, and get every batch as a PySpark DataFrame.
 """
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.context import ContextState, StreamingContext, StreamingError
+from spark_receivers.context import ContextState, StreamingContext
 from spark_receivers.driver.listener import (
     BatchInfo,
     BlockLostInfo,
@@ -14,17 +14,24 @@ from spark_receivers.driver.listener import (
     StreamingListener,
 )
 from spark_receivers.errors import (
+    AuthenticationError,
     BlockNotFoundError,
+    BlockStoreError,
+    CheckpointError,
     ConfigError,
+    CorruptRecordError,
+    MissingDependencyError,
     OffsetError,
     ReceiverError,
     RpcError,
     SparkReceiversError,
     StateError,
+    StreamingError,
     WriteAheadLogError,
 )
 from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.schema import SchemaLike, as_arrow_schema
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers import (
     FileTailReceiver,
@@ -35,21 +42,31 @@ from spark_receivers.receivers import (
     RedisStreamReceiver,
     SocketTextReceiver,
 )
-from spark_receivers.stream import DataFrameStream, ReceiverInputStream, StructuredReceiverStream
+from spark_receivers.stream import (
+    DataFrameStream,
+    ReceiverInputStream,
+    StructuredReceiverStream,
+    UnionStream,
+)
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AuthenticationError",
     "BatchInfo",
     "BlockLostInfo",
     "BlockNotFoundError",
+    "BlockStoreError",
+    "CheckpointError",
     "ConfigError",
     "ContextState",
+    "CorruptRecordError",
     "DataFrameStream",
     "FileTailReceiver",
     "GeneratorReceiver",
     "HttpReceiver",
     "LineSource",
+    "MissingDependencyError",
     "MqttReceiver",
     "OffsetError",
     "OutputOperationInfo",
@@ -59,6 +76,7 @@ __all__ = [
     "ReceiverInputStream",
     "RedisStreamReceiver",
     "RpcError",
+    "SchemaLike",
     "SocketTextReceiver",
     "SparkReceiversError",
     "StateError",
@@ -69,6 +87,8 @@ __all__ = [
     "StreamingListener",
     "StructuredReceiverStream",
     "ThreadedReceiver",
+    "UnionStream",
     "WriteAheadLogError",
     "__version__",
+    "as_arrow_schema",
 ]

@@ -24,11 +24,16 @@ from spark_receivers.driver.receiver_launcher import check_local_cores
 from spark_receivers.driver.shutdown_hook import SigtermHook
 from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.stream_graph import StreamGraph
-from spark_receivers.errors import ConfigError, SparkReceiversError, StateError
+from spark_receivers.errors import ConfigError, StateError, StreamingError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.transport import local_bind_host
-from spark_receivers.stream import ReceiverInputStream, StructuredReceiverStream
+from spark_receivers.stream import (
+    DataFrameStream,
+    ReceiverInputStream,
+    StructuredReceiverStream,
+    UnionStream,
+)
 from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
@@ -43,10 +48,6 @@ class ContextState(enum.Enum):
     INITIALIZED = 0
     ACTIVE = 1
     STOPPED = 2
-
-
-class StreamingError(SparkReceiversError):
-    """The streaming context failed; raised by :meth:`StreamingContext.await_termination`."""
 
 
 class StreamingContext:
@@ -208,6 +209,16 @@ class StreamingContext:
         context.
         """
         return self._graph.structured_stream(receiver)
+
+    def union(self, *streams: DataFrameStream) -> UnionStream:
+        """One stream over ``streams``: each batch is their batches' union by column name.
+
+        Spark's ``ssc.union``, the way to spread one source over several
+        receivers. The streams need the same field names and, by name, the same
+        Spark types; a mismatch among receivers' schemas raises
+        :class:`ConfigError` here (see :class:`~spark_receivers.stream.UnionStream`).
+        """
+        return self._graph.union(streams)
 
     def add_streaming_listener(self, listener: StreamingListener) -> None:
         """Add a listener; its callbacks run on the listener bus thread."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from spark_receivers.errors import ConfigError
+
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_receivers.receiver.receiver import Receiver
@@ -26,6 +30,10 @@ class StreamGraph(Protocol):
 
     def source_options(self, stream_id: int) -> dict[str, str]:
         """The ``spark.readStream`` options of a structured stream."""
+        ...
+
+    def union(self, streams: Sequence[DataFrameStream]) -> UnionStream:
+        """A stream over ``streams`` (checked: same graph, same fields)."""
         ...
 
 
@@ -61,6 +69,22 @@ class DataFrameStream:
         """A stream whose every batch is ``fn`` of this stream's batch."""
         return DataFrameStream(self.graph, self, fn)
 
+    def union(self, *others: DataFrameStream) -> UnionStream:
+        """A stream whose every batch is this stream's batch and the others', by column name.
+
+        The same as ``ssc.union(self, *others)`` (see :class:`UnionStream`).
+        """
+        return self.graph.union([self, *others])
+
+    @property
+    def arrow_schema(self) -> pa.Schema | None:
+        """The schema of this stream's batches when known before they run, else None.
+
+        Known for a receiver's stream (its receiver's schema) and a union of
+        streams with a known schema; a ``transform`` may change it, so it is None.
+        """
+        return None
+
     def show(self, n: int = 20, truncate: bool = True) -> DataFrameStream:
         """Print the first ``n`` rows of every batch with its time (an output operation)."""
 
@@ -79,17 +103,78 @@ class DataFrameStream:
         with self._lock:
             df = self._cache.get(batch_time_ms)
         if df is None:
-            assert self._parent is not None and self._fn is not None
-            df = self._fn(self._parent._dataframe(batch_time_ms))
+            df = self._compute(batch_time_ms)
             with self._lock:
                 self._cache[batch_time_ms] = df
         return df
 
+    def _compute(self, batch_time_ms: int) -> DataFrame:
+        assert self._parent is not None and self._fn is not None
+        return self._fn(self._parent._dataframe(batch_time_ms))
+
+    def _upstream(self) -> tuple[DataFrameStream, ...]:
+        return () if self._parent is None else (self._parent,)
+
     def _forget(self, batch_time_ms: int) -> None:
         with self._lock:
             self._cache.pop(batch_time_ms, None)
-        if self._parent is not None:
-            self._parent._forget(batch_time_ms)
+        for parent in self._upstream():
+            parent._forget(batch_time_ms)
+
+
+class UnionStream(DataFrameStream):
+    """One DataFrame per batch over several streams: Spark's ``union`` of DStreams.
+
+    Made by ``ssc.union(*streams)`` or ``stream.union(*others)``. Every batch is
+    the streams' DataFrames of that batch joined with ``unionByName``: the
+    streams must have the same field names (in any order; the union has the
+    first stream's order) and, by name, the same Spark types. Receivers' schemas
+    are known up front, so a mismatch among them is a :class:`ConfigError` when
+    the union is made; for a stream made by ``transform`` it is one when the
+    first batch runs. The usual use is spreading one source over several receivers::
+
+        streams = [ssc.receiver_stream(SocketTextReceiver(host, port)) for _ in range(3)]
+        ssc.union(*streams).foreach_batch(lambda df, t: df.groupBy("value").count().show())
+
+    Thread-safety: as every stream, built before ``start()``; batches are
+    computed on batch threads, once per batch.
+    """
+
+    def __init__(self, graph: StreamGraph, streams: Sequence[DataFrameStream]) -> None:
+        super().__init__(graph)
+        self.streams = tuple(streams)
+
+    @property
+    def arrow_schema(self) -> pa.Schema | None:
+        """The first stream's schema when every stream's schema is known, else None."""
+        schemas = [s.arrow_schema for s in self.streams]
+        return None if any(x is None for x in schemas) else schemas[0]
+
+    def _compute(self, batch_time_ms: int) -> DataFrame:
+        frames = [s._dataframe(batch_time_ms) for s in self.streams]
+        first = frames[0].columns
+        for stream, df in zip(self.streams[1:], frames[1:], strict=True):
+            if sorted(df.columns) != sorted(first):
+                msg = (
+                    f"cannot union the batch {batch_time_ms} of {describe(stream)} "
+                    f"(columns {df.columns}) with {describe(self.streams[0])} (columns "
+                    f"{first}): a union needs the same column names; rename or select "
+                    "them in a transform() before the union"
+                )
+                raise ConfigError(msg)
+        return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+    def _upstream(self) -> tuple[DataFrameStream, ...]:
+        return self.streams
+
+
+def describe(stream: DataFrameStream) -> str:
+    """How errors name a stream: ``stream 2 (SocketTextReceiver-2)`` or ``a transform``."""
+    if isinstance(stream, ReceiverInputStream):
+        return f"stream {stream.stream_id} ({stream.receiver.name})"
+    if isinstance(stream, UnionStream):
+        return f"the union of {', '.join(describe(s) for s in stream.streams)}"
+    return "a transformed stream"
 
 
 class ReceiverInputStream(DataFrameStream):
@@ -99,6 +184,11 @@ class ReceiverInputStream(DataFrameStream):
         super().__init__(graph)
         self.receiver = receiver
         self.stream_id = stream_id
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The receiver's schema."""
+        return self.receiver.schema
 
     def _set_batch(self, batch_time_ms: int, df: DataFrame) -> None:
         with self._lock:

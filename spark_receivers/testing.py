@@ -1,4 +1,16 @@
-"""Helpers for testing code built on spark-receivers: a manual clock and test receivers."""
+"""Helpers for testing code built on spark-receivers: a manual clock and test receivers.
+
+* :class:`StandInTracker` and :func:`supervise` run a receiver under the real
+  :class:`ReceiverSupervisor` (block generator, block store, Flight block server,
+  authenticated RPC) against a driver stand-in, without Spark; the tracker
+  records every message and :meth:`StandInTracker.stored_table` reads back what
+  the receiver stored.
+* :class:`ManualClock` moves only when told, for code that takes a clock.
+* :class:`SequenceReceiver` and :class:`CountingReceiver` feed a pipeline known
+  records on local Spark.
+
+docs/testing.md walks through them.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +18,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.supervisor import ReceiverSupervisor
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
-from spark_receivers.rpc.transport import FlightEndpoint
+from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.util.clock import ManualClock
 
 __all__ = ["CountingReceiver", "ManualClock", "SequenceReceiver", "StandInTracker", "supervise"]
@@ -156,6 +170,37 @@ class StandInTracker:
     def records(self) -> int:
         """Records in every block reported so far."""
         return sum(x.block_info.num_records for x in self.of(m.AddBlock))
+
+    def stored_table(self, supervisor: ReceiverSupervisor) -> pa.Table:
+        """Every block ``supervisor`` reported, read back from its block server, in order.
+
+        A real, authenticated Arrow Flight read, as a batch's read task makes it;
+        blocks are in report order, records in store order within a block.
+        """
+        client = EndpointClient(supervisor.endpoint, self.secret)
+        try:
+            blocks = [
+                client.read_table(add.block_info.block_id.encode())
+                for add in self.of(m.AddBlock)
+                if add.block_info.stream_id == supervisor.stream_id
+            ]
+        finally:
+            client.close()
+        if not blocks:
+            return supervisor.receiver.schema.empty_table()
+        return pa.concat_tables(blocks)
+
+    def release(self, supervisor: ReceiverSupervisor) -> None:
+        """Tell ``supervisor`` that no batch will read its blocks (the driver's last word).
+
+        A stopped supervisor serves its blocks until released (or its drain
+        timeout): after this its task ends at once.
+        """
+        client = EndpointClient(supervisor.endpoint, self.secret)
+        try:
+            client.call(m.ReleaseReceiver())
+        finally:
+            client.close()
 
     def close(self) -> None:
         """Stop the endpoint."""

@@ -18,16 +18,21 @@ frozen lists.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from spark_receivers.driver.job_generator import OutputOperation
 from spark_receivers.errors import ConfigError, StateError
+from spark_receivers.receiver.schema import as_arrow_schema
 from spark_receivers.stream import (
     BatchFunction,
     DataFrameStream,
     ReceiverInputStream,
     StructuredReceiverStream,
+    UnionStream,
+    describe,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +75,34 @@ class StreamGraph:
         self._inputs.append(stream)
         return stream
 
+    def union(self, streams: Sequence[DataFrameStream]) -> UnionStream:
+        """A stream over ``streams``, one DataFrame per batch (see :class:`UnionStream`).
+
+        Raises :class:`ConfigError` when a stream is not a batch stream of this
+        graph, or when the known schemas differ in field names or Spark types.
+        """
+        self._require_building("make a union of streams")
+        if not streams:
+            msg = "union() needs at least one stream, got none"
+            raise ConfigError(msg)
+        for stream in streams:
+            if isinstance(stream, StructuredReceiverStream):
+                msg = (
+                    f"cannot union structured stream {stream.stream_id}: union the "
+                    "DataFrames of read_stream() with unionByName instead"
+                )
+                raise ConfigError(msg)
+            if not isinstance(stream, DataFrameStream):
+                msg = f"union() takes streams of this context, got {type(stream).__name__}"
+                raise ConfigError(msg)
+            if stream.graph is not self:
+                msg = f"{describe(stream)} belongs to another streaming context"
+                raise ConfigError(msg)
+        known = [s for s in streams if s.arrow_schema is not None]
+        for other in known[1:]:
+            _check_same_fields(known[0], other)
+        return UnionStream(self, streams)
+
     def add_output(self, stream: DataFrameStream, fn: BatchFunction, name: str) -> None:
         """Register ``fn(df, batch_time_ms)`` on every batch of ``stream``."""
         self._require_building("add an output operation")
@@ -88,6 +121,10 @@ class StreamGraph:
         if any(s.receiver is receiver for s in self._inputs):
             msg = f"receiver {receiver!r} already feeds stream {receiver.stream_id}"
             raise ConfigError(msg)
+        if not isinstance(receiver.schema, pa.Schema):
+            # Set on the instance after __init__: converted here, on the driver.
+            name = f"{type(receiver).__name__}.schema"
+            receiver.schema = as_arrow_schema(receiver.schema, name)
         stream_id = len(self._inputs)
         receiver._stream_id = stream_id
         return stream_id
@@ -171,6 +208,37 @@ class StreamGraph:
         for stream in self._inputs:
             if isinstance(stream, ReceiverInputStream):
                 stream._forget(batch_time_ms)
+
+
+def _check_same_fields(first: DataFrameStream, other: DataFrameStream) -> None:
+    """Same field names, and by name the same Spark types (nullability aside)."""
+    a, b = first.arrow_schema, other.arrow_schema
+    assert a is not None and b is not None
+    if sorted(a.names) != sorted(b.names):
+        missing = sorted(set(a.names) - set(b.names))
+        extra = sorted(set(b.names) - set(a.names))
+        msg = (
+            f"cannot union {describe(other)} with {describe(first)}: a union needs the same "
+            f"field names, {describe(other)} has {b.names} ({missing} missing, {extra} extra) "
+            f"and {describe(first)} has {a.names}; declare the same schema on the receivers, "
+            "or rename the fields in a transform() before the union"
+        )
+        raise ConfigError(msg)
+    for name in a.names:
+        left, right = _spark_type(a.field(name).type), _spark_type(b.field(name).type)
+        if left != right:
+            msg = (
+                f"cannot union {describe(other)} with {describe(first)}: field {name!r} is "
+                f"{right.simpleString()} in one and {left.simpleString()} in the other; "
+                "cast it in a transform() before the union"
+            )
+            raise ConfigError(msg)
+
+
+def _spark_type(arrow_type: pa.DataType) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(arrow_type)
 
 
 def _bind(fn: BatchFunction, stream: DataFrameStream, batch_time_ms: int) -> Callable[[], None]:

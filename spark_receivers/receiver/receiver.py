@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.bad_records import BadRecordPolicy, DeadLetterWriter
 from spark_receivers.receiver.block_store import StorageLevel
-from spark_receivers.receiver.schema import DEFAULT_SCHEMA, is_block_data
+from spark_receivers.receiver.schema import (
+    DEFAULT_SCHEMA,
+    SchemaLike,
+    as_arrow_schema,
+    is_block_data,
+)
+from spark_receivers.util.extras import Requirement, require
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,13 @@ class Receiver:
       in the WAL when enabled) and the driver accepted it, and raises otherwise,
       so the receiver may then acknowledge its source.
 
+    The records' schema is one string column ``value`` unless the receiver
+    declares another, with ``schema=`` or a class attribute ``schema``, as a
+    ``pyarrow.Schema``, a PySpark ``StructType`` or a DDL string
+    (``"ts timestamp, key string, value double"``). It is converted to Arrow and
+    checked once, on the driver, when the receiver (or its class) is made: a
+    schema Spark could not read raises :class:`ConfigError` there.
+
     The receiver object is pickled (cloudpickle) to the executor; keep
     connections and threads out of ``__init__``.
 
@@ -94,6 +107,11 @@ class Receiver:
                 while not self.is_stopped():
                     self.store("tick")
     """
+
+    #: Libraries the receiver imports when it runs, each with the extra installing it
+    #: (``spark_receivers.util.extras``): imported before ``on_start`` on the executor,
+    #: a missing one stops the receiver with :class:`MissingDependencyError`.
+    requires: ClassVar[tuple[Requirement, ...]] = ()
 
     # Class-level defaults, so that a subclass that forgets super().__init__() works.
     storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK
@@ -112,7 +130,7 @@ class Receiver:
         self,
         storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK,
         *,
-        schema: pa.Schema | None = None,
+        schema: SchemaLike | None = None,
         preferred_location: str | None = None,
         bad_record_policy: str | BadRecordPolicy = "skip",
         dead_letter_dir: str | None = None,
@@ -120,9 +138,17 @@ class Receiver:
         self.storage_level = storage_level
         self.preferred_location = preferred_location
         if schema is not None:
-            self.schema = schema
+            self.schema = as_arrow_schema(schema, f"{type(self).__name__}(schema=...)")
         self.bad_record_policy = BadRecordPolicy.parse(bad_record_policy, dead_letter_dir)
         self.dead_letter_dir = dead_letter_dir
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A schema declared as a class attribute is converted (and checked) once, when
+        # the class is made on the driver; the executor only sees the Arrow schema.
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("schema")
+        if declared is not None and not hasattr(declared, "__get__"):
+            cls.schema = as_arrow_schema(declared, f"{cls.__qualname__}.schema")
 
     # --- to implement -------------------------------------------------------
 
@@ -236,6 +262,11 @@ class Receiver:
             )
             raise StateError(msg)
         return sup
+
+    def _import_requirements(self) -> None:
+        """Import what :attr:`requires` lists; :class:`MissingDependencyError` naming the extra."""
+        for requirement in self.requires:
+            require(requirement, type(self).__name__)
 
     def _attach(self, supervisor: ReceiverSupervisor, stream_id: int) -> None:
         self._supervisor = supervisor

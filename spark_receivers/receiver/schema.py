@@ -1,16 +1,118 @@
-"""Records ↔ Arrow: the receiver's declared schema and the checks that name bad records."""
+"""Records ↔ Arrow: the receiver's declared schema and the checks that name bad records.
+
+A receiver declares its schema as a ``pyarrow.Schema``, a PySpark ``StructType``
+or a DDL string (``"ts timestamp, v string"``); :func:`as_arrow_schema` turns
+any of them into the Arrow schema the executor works with, once, on the driver
+(``Receiver.__init__``, a class attribute at class creation), and checks that
+Spark can read it. The executor only ever sees the Arrow schema.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
+from pyspark.sql.types import StructType
 
-from spark_receivers.errors import ReceiverError
+from spark_receivers.errors import ConfigError, ReceiverError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
 
 DEFAULT_SCHEMA = pa.schema([pa.field("value", pa.string())])
 """One string column ``value``: the schema of a receiver that declares none."""
+
+SchemaLike: TypeAlias = pa.Schema | StructType | str
+"""What ``Receiver(schema=...)`` takes: an Arrow schema, a ``StructType`` or a DDL string."""
+
+SPARK_TIMEZONE = "UTC"
+"""Spark ``timestamp`` (TIMESTAMP_LTZ) columns become Arrow ``timestamp[us, tz=UTC]``."""
+
+
+def as_arrow_schema(schema: Any, what: str = "schema") -> pa.Schema:
+    """The Arrow schema of ``schema``: a ``pyarrow.Schema``, a ``StructType`` or DDL.
+
+    ``StructType`` and DDL fields map as Spark maps them to Arrow (``timestamp``
+    → ``timestamp[us, tz=UTC]``, ``timestamp_ntz`` → ``timestamp[us]``,
+    ``char``/``varchar`` → ``string``); DDL is parsed without a SparkSession
+    (:mod:`spark_receivers.receiver.ddl`). Raises :class:`ConfigError` naming
+    ``what`` when ``schema`` is none of these, has no field or a duplicate field
+    name, or has a type Spark cannot read. Any thread; no Spark needed.
+    """
+    if isinstance(schema, pa.Schema):
+        arrow = schema
+    elif isinstance(schema, str):
+        from spark_receivers.receiver.ddl import parse_ddl
+
+        arrow = _from_struct(parse_ddl(schema, what), what)
+    elif isinstance(schema, StructType):
+        arrow = _from_struct(schema, what)
+    else:
+        msg = (
+            f"{what} must be a pyarrow.Schema, a pyspark StructType or a DDL string "
+            f"such as 'ts timestamp, value string'; got {type(schema).__name__} {schema!r:.100}"
+        )
+        raise ConfigError(msg)
+    _check_readable(arrow, what)
+    return arrow
+
+
+def _from_struct(struct: StructType, what: str) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(_chars_as_strings(struct), timezone=SPARK_TIMEZONE)
+    except Exception as e:
+        msg = f"{what} {struct.simpleString()} has a type Spark cannot exchange as Arrow: {e}"
+        raise ConfigError(msg) from e
+
+
+def _chars_as_strings(dt: DataType) -> Any:
+    """``char(n)``/``varchar(n)`` as ``string``, as Spark reads them into a DataFrame."""
+    from pyspark.sql import types as t
+
+    if isinstance(dt, t.CharType | t.VarcharType):
+        return t.StringType()
+    if isinstance(dt, t.StructType):
+        fields = [
+            t.StructField(f.name, _chars_as_strings(f.dataType), f.nullable, f.metadata)
+            for f in dt.fields
+        ]
+        return t.StructType(fields)
+    if isinstance(dt, t.ArrayType):
+        return t.ArrayType(_chars_as_strings(dt.elementType), dt.containsNull)
+    if isinstance(dt, t.MapType):
+        key, value = _chars_as_strings(dt.keyType), _chars_as_strings(dt.valueType)
+        return t.MapType(key, value, dt.valueContainsNull)
+    return dt
+
+
+def _check_readable(schema: pa.Schema, what: str) -> None:
+    """Refuse what no batch could read: no field, duplicate names, types Spark lacks."""
+    if schema is DEFAULT_SCHEMA:
+        return
+    if len(schema) == 0:
+        msg = f"{what} has no field: a receiver schema needs at least one"
+        raise ConfigError(msg)
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            msg = f"{what} has the field name {name!r} twice: {schema.names}"
+            raise ConfigError(msg)
+        seen.add(name)
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    for field in schema:
+        try:
+            from_arrow_type(field.type)
+        except Exception as e:
+            msg = (
+                f"{what}: field {field.name!r} has the Arrow type {field.type}, which Spark "
+                f"cannot read into a DataFrame ({e}); use a type Spark has (e.g. int64 "
+                "for unsigned integers)"
+            )
+            raise ConfigError(msg) from e
 
 
 def is_default(schema: pa.Schema) -> bool:

@@ -196,6 +196,7 @@ class ReceiverSupervisor:
             self._receiver_state = SupervisorState.STARTED
         log.info("starting receiver %s (%s)", self.stream_id, type(self.receiver).__name__)
         try:
+            self.receiver._import_requirements()  # a missing library: MissingDependencyError
             self.receiver.on_start()
         except Exception as e:
             log.exception("receiver %s failed in on_start", self.stream_id)

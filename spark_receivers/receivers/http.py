@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.schema import check_record, is_default
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
+from spark_receivers.util.extras import AIOHTTP
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -78,6 +79,7 @@ class HttpReceiver(ThreadedReceiver):
     """
 
     thread_name_prefix = "http-receiver"
+    requires = (AIOHTTP,)  # the [http] extra
     transient_attrs = ("_loop", "_server_stop", "_pool", "_count_lock")
 
     def __init__(

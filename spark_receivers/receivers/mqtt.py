@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.errors import ConfigError
 from spark_receivers.receiver.schema import is_default
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
+from spark_receivers.util.extras import PAHO_MQTT
 
 if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
@@ -67,6 +68,7 @@ class MqttReceiver(ThreadedReceiver):
     """
 
     thread_name_prefix = "mqtt-receiver"
+    requires = (PAHO_MQTT,)  # the [mqtt] extra
     transient_attrs = ("_client", "_client_lock", "_queue", "_subscribed")
 
     def __init__(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.schema import is_default
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
+from spark_receivers.util.extras import REDIS
 
 if TYPE_CHECKING:
     import redis
@@ -57,6 +58,7 @@ class RedisStreamReceiver(ThreadedReceiver):
     """
 
     thread_name_prefix = "redis-stream"
+    requires = (REDIS,)  # the [redis] extra
 
     def __init__(
         self,
