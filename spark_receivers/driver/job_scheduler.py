@@ -171,7 +171,12 @@ class JobScheduler:
         self.launcher = self._launcher_factory(
             self._spark.sparkContext,
             task_specs(
-                graph.receivers, self._endpoint.address, self._secret, cfg.as_dict(), overrides
+                graph.receivers,
+                self._endpoint.address,
+                self._secret,
+                cfg.as_dict(),
+                overrides,
+                app_id=self._spark.sparkContext.applicationId,
             ),
             cfg.receiver_restart_delay_ms,
             self.fail,

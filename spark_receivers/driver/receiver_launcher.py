@@ -308,12 +308,18 @@ def task_specs(
     secret: str,
     config: dict[str, Any],
     overrides: Mapping[int, dict[str, Any]] | None = None,
+    app_id: str = "",
 ) -> dict[int, ReceiverTaskSpec]:
     """The task spec of each receiver (``overrides``: config changes per stream id)."""
     overrides = overrides or {}
     return {
         r.stream_id: ReceiverTaskSpec(
-            r, r.stream_id, tracker_address, secret, {**config, **overrides.get(r.stream_id, {})}
+            r,
+            r.stream_id,
+            tracker_address,
+            secret,
+            {**config, **overrides.get(r.stream_id, {})},
+            app_id,
         )
         for r in receivers
     }
