@@ -24,7 +24,14 @@ import pyarrow as pa
 from spark_receivers.errors import ConfigError
 from spark_receivers.receiver.schema import records_to_table
 
-__all__ = ["TIMESTAMP_FIELD", "durable_name", "now_us", "table_with_times", "with_timestamp"]
+__all__ = [
+    "TIMESTAMP_FIELD",
+    "durable_name",
+    "durable_scope",
+    "now_us",
+    "table_with_times",
+    "with_timestamp",
+]
 
 TIMESTAMP_FIELD = pa.field("timestamp", pa.timestamp("us", tz="UTC"))
 """The column ``include_timestamp=True`` adds: when a record arrived (UTC, microseconds)."""
@@ -91,3 +98,11 @@ def durable_name(supervisor: Any, stream_id: int, prefix: str) -> str:
     if app_id:
         return f"{prefix}-{app_id}-{stream_id}"
     return f"{prefix}-{stream_id}"
+
+
+def durable_scope(supervisor: Any) -> str:
+    """What :func:`durable_name` derives from: ``checkpoint``, ``application`` or ''."""
+    config = getattr(supervisor, "config", None)
+    if getattr(config, "checkpoint_dir", ""):
+        return "checkpoint"
+    return "application" if getattr(supervisor, "app_id", "") else ""
