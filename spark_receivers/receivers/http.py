@@ -25,8 +25,8 @@ client exactly what happened to its request:
        duplicate them, never lose them)
 503    back off (``Retry-After``): the receiver is stopping, the store
        failed, ``max_pending_requests`` requests are already being handled,
-       or ``max_connections`` connections are open (that one is answered
-       as the connection opens, then closed)
+       or ``max_connections`` connections are open and none has waited
+       long for headers (answered as the connection opens, then closed)
 =====  ==================================================================
 
 No client mistake gets a 5xx or a traceback in the log: refusals are logged

@@ -6,8 +6,14 @@ its sockets, for as long as it likes. :class:`GuardedSite` is an aiohttp site
 that listens like ``web.TCPSite`` but hands every connection to a
 :class:`_GuardedConnection` wrapped around aiohttp's own protocol, which
 
-* refuses a connection beyond ``max_connections`` at once with
-  ``503 Service Unavailable`` and ``Retry-After`` (then closes it);
+* holds at most ``max_connections`` connections. At the cap, a new connection
+  takes the place of the one that has waited longest (at least
+  :data:`EVICT_AFTER_S`) for a request's headers — an idle keep-alive
+  connection, or a slow client's — so that clients which send their request
+  at once are served even while slow clients keep opening connections; when
+  every connection is busy with a request, or none has waited that long, the
+  new one is refused at once with ``503 Service Unavailable`` and
+  ``Retry-After`` (then closed);
 * closes a connection whose request headers have not all arrived within
   ``header_timeout_s`` of its opening, or of the end of its previous request:
   with ``408 Request Timeout`` when part of a request came, silently when the
@@ -56,6 +62,9 @@ __all__ = [
 
 REFUSAL_LINGER_S = 1.0
 """How long a refused connection is kept half-closed so that its client reads the 503."""
+EVICT_AFTER_S = 1.0
+"""At the connection cap, a connection that has waited this long for a request's headers
+may be closed to admit a new one (capped at the header timeout)."""
 
 
 def raw_response(status: int, reason: str, message: str, headers: dict[str, str]) -> bytes:
@@ -150,7 +159,10 @@ class ConnectionGuard:
         self.open = 0
         self.refused = 0
         self.timed_out = 0
+        self.evicted = 0
         self._by_handler: dict[object, _GuardedConnection] = {}
+        self._waiting: dict[_GuardedConnection, float] = {}
+        """Admitted connections waiting for a request's headers, oldest first: since when."""
 
     def protocol_factory(self, server: Callable[[], asyncio.Protocol]) -> Callable[[], Any]:
         """Wrap aiohttp's per-connection protocol factory."""
@@ -163,6 +175,7 @@ class ConnectionGuard:
             conn.busy += 1
             conn.partial = False
             conn.cancel_deadline()
+            self._waiting.pop(conn, None)
 
     def request_done(self, request: web.BaseRequest) -> None:
         """The request is answered: the next one's headers are due within the timeout."""
@@ -172,6 +185,17 @@ class ConnectionGuard:
             if conn.busy == 0:
                 conn.start_deadline()
 
+    def make_room(self, now: float) -> bool:
+        """At the cap: close the connection waiting longest for headers; False if none may go."""
+        if not self._waiting:
+            return False  # every connection is busy with a request
+        conn, since = next(iter(self._waiting.items()))
+        if now - since < min(EVICT_AFTER_S, self.header_timeout_s):
+            return False  # the oldest waited too little: so did the others
+        conn.close_waiting("another client needed its place at max_connections")
+        self.evicted += 1
+        return True
+
 
 class _GuardedConnection(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind a connection cap and a header deadline."""
@@ -180,7 +204,8 @@ class _GuardedConnection(asyncio.Protocol):
         self.guard = guard
         self.inner = inner
         self.transport: asyncio.Transport | None = None
-        self.admitted = False
+        self.admitted = False  # handed to aiohttp's protocol
+        self.counted = False  # holds one of max_connections
         self.busy = 0
         self.partial = False  # bytes of a request whose headers are not complete yet
         self._deadline: asyncio.TimerHandle | None = None
@@ -189,7 +214,8 @@ class _GuardedConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         guard = self.guard
-        if guard.open >= guard.max_connections:
+        loop = asyncio.get_running_loop()
+        if guard.open >= guard.max_connections and not guard.make_room(loop.time()):
             guard.refused += 1
             peer = transport.get_extra_info("peername")
             guard.errors.client_error(
@@ -203,7 +229,7 @@ class _GuardedConnection(asyncio.Protocol):
                 transport.write_eof()  # half-close: the client still reads the 503
             asyncio.get_running_loop().call_later(REFUSAL_LINGER_S, transport.close)
             return
-        self.admitted = True
+        self.admitted = self.counted = True
         guard.open += 1
         guard._by_handler[self.inner] = self
         self.inner.connection_made(transport)
@@ -227,36 +253,54 @@ class _GuardedConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.cancel_deadline()
+        self._uncount()
         if not self.admitted:
             return
         self.admitted = False
-        self.guard.open -= 1
         self.guard._by_handler.pop(self.inner, None)
         self.inner.connection_lost(exc)
 
+    def _uncount(self) -> None:
+        if self.counted:
+            self.counted = False
+            self.guard.open -= 1
+        self.guard._waiting.pop(self, None)
+
     def start_deadline(self) -> None:
+        """Request headers are due within the header timeout (from now)."""
         self.cancel_deadline()
         loop = asyncio.get_running_loop()
         self._deadline = loop.call_later(self.guard.header_timeout_s, self._expired)
+        self.guard._waiting.pop(self, None)
+        self.guard._waiting[self] = loop.time()  # the newest waiter goes last
 
     def cancel_deadline(self) -> None:
+        """A request is being handled: no header deadline meanwhile."""
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _expired(self) -> None:
         self._deadline = None
+        if not self.busy:
+            self.guard.timed_out += 1
+            self.close_waiting(f"no complete request headers within {self.guard.header_timeout_s}s")
+
+    def close_waiting(self, why: str) -> None:
+        """Close a connection waiting for headers: 408 if part of a request came, else silently.
+
+        Its place under ``max_connections`` is free at once.
+        """
+        self.cancel_deadline()
+        self._uncount()
         transport = self.transport
-        if transport is None or transport.is_closing() or self.busy:
+        if transport is None or transport.is_closing():
             return
-        guard = self.guard
-        guard.timed_out += 1
         if self.partial:
-            guard.errors.client_error(
-                f"closed a connection from {transport.get_extra_info('peername')}: no complete "
-                f"request headers within header_timeout_s={guard.header_timeout_s} (408)"
+            self.guard.errors.client_error(
+                f"closed a connection from {transport.get_extra_info('peername')}: {why} (408)"
             )
-            message = f"request headers not received within {guard.header_timeout_s}s"
+            message = f"request headers not received in time: {why}"
             transport.write(raw_response(408, "Request Timeout", message, {}))
         transport.close()
 

@@ -290,21 +290,46 @@ def test_a_body_that_does_not_arrive_in_time_is_408(make):
     assert sup.records == []
 
 
-def test_connections_beyond_the_cap_are_503_with_retry_after_at_once(make):
-    receiver, _sup = make(max_connections=5, retry_after_s=2)
+def test_connections_beyond_the_cap_are_503_with_retry_after_when_all_are_busy(make):
+    receiver, sup = make(max_connections=5, retry_after_s=2)
+    port = receiver.bound_port
+    sup.store_delay_s = 2.0  # five requests being stored hold every place
+    results: list[int] = []
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(post(port, f"{i}\n".encode())[0]))
+        for i in range(5)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        assert wait_until(lambda: receiver._pending == 5, 5)
+        status, answer = raw_exchange(port, request_bytes(b"x\n"))
+        assert status == 503 and b"Retry-After: 2" in answer and b"max_connections=5" in answer
+    finally:
+        for t in threads:
+            t.join(10)
+    assert results == [200] * 5
+    assert wait_until(lambda: receiver._guard.open == 0, 5)
+    assert post(port, b"x\n")[0] == 200  # places free again
+
+
+def test_at_the_cap_a_new_client_takes_the_place_of_the_slowest(make):
+    receiver, sup = make(max_connections=5, header_timeout_s=30.0)
     port = receiver.bound_port
     held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
     try:
         for sock in held:
-            sock.sendall(b"POST /ingest HTTP/1.1\r\n")  # slow clients holding every slot
+            sock.sendall(b"POST /ingest HTTP/1.1\r\n")  # slow clients holding every place
         assert wait_until(lambda: receiver._guard.open == 5, 5)
-        status, answer = raw_exchange(port, request_bytes(b"x\n"))
-        assert status == 503 and b"Retry-After: 2" in answer and b"max_connections=5" in answer
+        # once they waited a second for their headers, a client that sends at once gets in
+        assert post_until_served(port, b"real\n", attempts=50)[0] == 200
+        assert receiver._guard.evicted >= 1
+        status, answer = read_answer(held[0])  # the oldest slow one was closed, with a 408
+        assert status == 408 and b"max_connections" in answer
     finally:
         for sock in held:
             sock.close()
-    assert wait_until(lambda: receiver._guard.open == 0, 5)
-    assert post(port, b"x\n")[0] == 200  # slots free again
+    assert sup.records == ["real"]
 
 
 def test_requests_beyond_max_pending_are_503_with_retry_after(make):
@@ -324,16 +349,25 @@ def test_requests_beyond_max_pending_are_503_with_retry_after(make):
     assert results[0][0] == 200 and sup.records == ["slow"]
 
 
-def slowloris(port: int, connections: int, stop: threading.Event) -> list[socket.socket]:
-    """Open connections and trickle header bytes into them until ``stop``."""
-    socks = []
-    for _ in range(connections):
+def slowloris(
+    port: int, connections: int, stop: threading.Event, reconnect: bool = False
+) -> list[socket.socket]:
+    """Open connections and trickle header bytes into them until ``stop``.
+
+    With ``reconnect``, every connection the server closes is opened again at once.
+    """
+    socks: list[socket.socket] = []
+
+    def open_one() -> None:
         try:
             sock = socket.create_connection(("127.0.0.1", port), timeout=5)
             sock.sendall(b"POST /ingest HTTP/1.1\r\n")
             socks.append(sock)
         except OSError:
-            break
+            pass
+
+    for _ in range(connections):
+        open_one()
 
     def trickle() -> None:
         while not stop.wait(0.2):
@@ -342,6 +376,9 @@ def slowloris(port: int, connections: int, stop: threading.Event) -> list[socket
                     sock.sendall(b"X")
                 except OSError:
                     socks.remove(sock)
+                    sock.close()
+                    if reconnect and not stop.is_set():
+                        open_one()
 
     threading.Thread(target=trickle, daemon=True).start()
     return socks
@@ -361,22 +398,23 @@ def post_until_served(port: int, body: bytes, attempts: int) -> tuple[int, int]:
 
 
 def test_a_real_client_is_served_while_slowloris_holds_connections(make):
-    """Slow clients below the cap cost a slot each, nothing else; above it, the header
-    timeout frees their slots and a retrying client gets in."""
-    receiver, sup = make(max_connections=20, header_timeout_s=1.0)
+    """Slow clients below the cap cost a place each, nothing else; above it, even while they
+    keep opening connections, a client that sends its request at once is served."""
+    receiver, sup = make(max_connections=20, header_timeout_s=5.0)
     port = receiver.bound_port
     stop = threading.Event()
-    socks = slowloris(port, 15, stop)
+    attackers = [slowloris(port, 15, stop, reconnect=True)]
     try:
         assert wait_until(lambda: receiver._guard.open >= 15, 5)
         assert post(port, b"real 1\n", timeout=5)[0] == 200  # at once: the loop is not blocked
-        socks += slowloris(port, 40, stop)  # now far beyond the cap
-        status, _tries = post_until_served(port, b"real 2\n", attempts=50)  # <= ~10 s
+        attackers.append(slowloris(port, 60, stop, reconnect=True))  # far beyond the cap
+        assert wait_until(lambda: receiver._guard.refused > 0, 10)
+        status, _tries = post_until_served(port, b"real 2\n", attempts=50)
         assert status == 200
-        assert receiver._guard.refused > 0 and receiver._guard.timed_out >= 15
     finally:
         stop.set()
-        for sock in socks:
+        threading.Event().wait(0.5)  # the trickling threads see it and stop reconnecting
+        for sock in [s for socks in attackers for s in socks]:
             sock.close()
     assert sup.records == ["real 1", "real 2"]
 
