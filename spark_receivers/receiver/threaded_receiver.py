@@ -379,13 +379,16 @@ class ThreadedReceiver(Receiver):
             return
         message = self.restart_message(error)
         delay_ms = self.next_backoff_ms()
+        # The stack once per run of failures: a source that stays down is one line a retry.
+        first = self._failures == 1
         log.warning(
-            "receiver %d: %s; restarting in %d ms (failure %d in a row)",
+            "receiver %d: %s; restarting in %d ms (failure %d in a row%s)",
             self.stream_id,
             message,
             delay_ms,
             self._failures,
-            exc_info=error,
+            "" if first or error is None else "; the stack was logged at the first",
+            exc_info=error if first else None,
         )
         self.restart(message, error, delay_ms)
 

@@ -428,3 +428,19 @@ def test_the_default_backoff_meets_the_default_restart_policy_as_documented(seed
         waited += blip.next_backoff_ms()
         restarts += 1
     assert 4 <= restarts <= 6
+
+
+def test_a_source_that_stays_down_logs_its_stack_once_then_one_line_a_retry(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    receiver = Scripted(*["source-error"] * 3, "healthy-fail", "idle", backoff_base_ms=10)
+    sup = SteppedSupervisor(receiver).start()
+    try:
+        for n in range(1, 5):
+            sup.wait_until(lambda n=n: len(sup.restarts) == n)
+            sup.release()
+        sup.wait_until(lambda: sup.records[-1:] == ["idle"])
+    finally:
+        sup.shutdown()
+    restarts = [r for r in caplog.records if "restarting in" in r.getMessage()]
+    assert [r.exc_info is not None for r in restarts] == [True, False, False, True]
+    assert "the stack was logged at the first" in restarts[1].getMessage()
