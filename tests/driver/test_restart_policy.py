@@ -12,6 +12,7 @@ from test_receiver_tracker import Events, FakeLauncher, RecordingOutbox, receive
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.listener import ListenerBus
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.receiver_launcher import summarize_failure
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
 from spark_receivers.driver.restart_policy import RestartCounter, RestartPolicy
 from spark_receivers.errors import ConfigError, ReceiverError
@@ -174,3 +175,23 @@ def test_config_keys_and_their_checks():
         StreamingConfig(receiver_max_restarts=-2)
     with pytest.raises(ConfigError, match=r"restartWindow.*> 0"):
         StreamingConfig(receiver_restart_window_s=0)
+
+
+def test_a_failed_job_is_summarized_by_the_python_exception_that_ended_it():
+    text = (
+        "An error occurred while calling o57.collect.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 failed: "
+        "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was "
+        "thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "/x/worker.py", line 4197, in invoke_udf\n'
+        "    func = read_command(pickleSer)\n"
+        "ModuleNotFoundError: No module named 'pyarrow'\n"
+        " SQLSTATE: 38000\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handle(PythonRunner.scala:1097)\n"
+    )
+    summary = summarize_failure(RuntimeError(text))
+    assert summary.startswith("ModuleNotFoundError: No module named 'pyarrow' (from: org.apache")
+    assert len(summary) <= 300
+    assert (
+        summarize_failure(RuntimeError("An error occurred while calling o1.x.\n: boom")) == "boom"
+    )
