@@ -78,7 +78,8 @@ def _loads(raw: str, number: int) -> Any:
         msg = f"line {number} is not valid JSON: {e.msg} at column {e.colno}"
         raise BadRequestError(msg) from None
     except ValueError as e:  # NaN, Infinity, 1e999, an integer of 5,000 digits
-        msg = f"line {number} is not valid JSON: {e}"
+        why = str(e).split("; use sys.set_int_max_str_digits")[0]  # a hint for servers only
+        msg = f"line {number} is not valid JSON: {why}"
         raise BadRequestError(msg) from None
     except RecursionError:
         msg = f"line {number} is not valid JSON: nested too deeply"

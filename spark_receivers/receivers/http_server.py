@@ -62,6 +62,9 @@ __all__ = [
 
 REFUSAL_LINGER_S = 1.0
 """How long a refused connection is kept half-closed so that its client reads the 503."""
+MAX_LINGERING = 64
+"""Refused connections kept half-closed at once; beyond, a refusal is a reset (a flood of
+connections must not hold file descriptors through their 503s)."""
 EVICT_AFTER_S = 1.0
 """At the connection cap, a connection that has waited this long for a request's headers
 may be closed to admit a new one (capped at the header timeout)."""
@@ -160,6 +163,7 @@ class ConnectionGuard:
         self.refused = 0
         self.timed_out = 0
         self.evicted = 0
+        self.lingering = 0
         self._by_handler: dict[object, _GuardedConnection] = {}
         self._waiting: dict[_GuardedConnection, float] = {}
         """Admitted connections waiting for a request's headers, oldest first: since when."""
@@ -206,6 +210,7 @@ class _GuardedConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.admitted = False  # handed to aiohttp's protocol
         self.counted = False  # holds one of max_connections
+        self.lingers = False  # refused, half-closed until REFUSAL_LINGER_S
         self.busy = 0
         self.partial = False  # bytes of a request whose headers are not complete yet
         self._deadline: asyncio.TimerHandle | None = None
@@ -225,9 +230,13 @@ class _GuardedConnection(asyncio.Protocol):
             message = f"too many connections (max_connections={guard.max_connections}); retry later"
             retry = {"Retry-After": str(guard.retry_after_s)}
             transport.write(raw_response(503, "Service Unavailable", message, retry))
-            if transport.can_write_eof():
-                transport.write_eof()  # half-close: the client still reads the 503
-            asyncio.get_running_loop().call_later(REFUSAL_LINGER_S, transport.close)
+            if guard.lingering >= MAX_LINGERING or not transport.can_write_eof():
+                transport.close()
+                return
+            transport.write_eof()  # half-close: the client still reads the 503
+            guard.lingering += 1
+            self.lingers = True
+            loop.call_later(REFUSAL_LINGER_S, transport.close)
             return
         self.admitted = self.counted = True
         guard.open += 1
@@ -254,6 +263,9 @@ class _GuardedConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.cancel_deadline()
         self._uncount()
+        if self.lingers:
+            self.lingers = False
+            self.guard.lingering -= 1
         if not self.admitted:
             return
         self.admitted = False

@@ -305,6 +305,7 @@ def test_connections_beyond_the_cap_are_503_with_retry_after_when_all_are_busy(m
         assert wait_until(lambda: receiver._pending == 5, 5)
         status, answer = raw_exchange(port, request_bytes(b"x\n"))
         assert status == 503 and b"Retry-After: 2" in answer and b"max_connections=5" in answer
+        assert wait_until(lambda: receiver._guard.lingering == 0, 5)  # closed after its linger
     finally:
         for t in threads:
             t.join(10)
