@@ -3,7 +3,9 @@
     python examples/structured_streaming.py --seconds 30 --checkpoint /tmp/sr-example
 
 The receiver (here the built-in generator of numbered lines of words; any receiver
-works) runs on Spark as usual; instead of DStream batches its blocks go to a block
+works) runs on Spark as usual; ``include_timestamp=True`` gives each line a
+``timestamp`` column (when it was made), the event time the windows and the
+watermark use; instead of DStream batches its blocks go to a block
 log on the driver, and ``read_stream()`` gives a streaming DataFrame over it. With
 the receiver WAL on and both checkpoints kept (``--checkpoint``), killing this
 process and starting it again loses nothing and counts nothing twice in an
@@ -48,14 +50,14 @@ def main() -> int:
     def create() -> StreamingContext:
         config = StreamingConfig(receiver_wal_enabled=True)
         ssc = StreamingContext(spark, 1000, checkpoint_dir=ours, config=config)
-        ssc.structured_stream(GeneratorReceiver(rate=args.rate))
+        ssc.structured_stream(GeneratorReceiver(rate=args.rate, include_timestamp=True))
         return ssc
 
     ssc = StreamingContext.get_or_create(ours, create)
     ssc.start()
     (lines,) = ssc.streams
     words = lines.read_stream(max_records_per_trigger=args.max_records_per_trigger).select(
-        F.current_timestamp().alias("ts"),
+        F.col("timestamp").alias("ts"),  # when the generator made the line: the event time
         F.explode(F.split(F.col("value"), " ")).alias("word"),
     )
     counts = (

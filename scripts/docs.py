@@ -55,6 +55,7 @@ UNITS = {
     "driver_wal_max_failures": "attempts",
     "checkpoint_dir": "path or URI",
     "batch_read_partitions": "tasks",
+    "receiver_max_restarts": "restarts (-1: no limit)",
 }
 
 

@@ -191,6 +191,17 @@ class StreamingConfig:
         "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
         old="spark.streaming.batch.readPartitions",
     )
+    receiver_max_restarts: int = _key(
+        20,
+        "spark.receivers.receiver.maxRestarts",
+        "Restarts of one receiver within restartWindow before the context fails with the "
+        "cause; -1 = no limit (Spark's behaviour).",
+    )
+    receiver_restart_window_s: float = _key(
+        600.0,
+        "spark.receivers.receiver.restartWindow",
+        "The window in which maxRestarts restarts of one receiver fail the context.",
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -322,7 +333,8 @@ def _parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
         msg = f"{spark_key} must be true or false, got {raw!r}"
         raise ConfigError(msg)
     try:
-        return int(raw) if isinstance(default, int) and raw.strip().isdigit() else float(raw)
+        integral = raw.strip().removeprefix("-").isdigit()
+        return int(raw) if isinstance(default, int) and integral else float(raw)
     except ValueError:
         msg = f"{spark_key} must be a number, got {raw!r}"
         raise ConfigError(msg) from None
@@ -346,8 +358,10 @@ def _validate(cfg: StreamingConfig) -> None:
         "backpressure_pid_min_rate",
         "receiver_stop_timeout_s",
         "receiver_drain_timeout_s",
+        "receiver_restart_window_s",
     ):
         _positive(cfg, name)
+    _at_least_minus_one(cfg, "receiver_max_restarts")
     for f in dataclasses.fields(cfg):
         if isinstance(f.default, bool):
             _bool(cfg, f.name)
@@ -399,6 +413,13 @@ def _non_negative(cfg: StreamingConfig, name: str, *, integral: bool = False) ->
     if value < 0 or (integral and not isinstance(getattr(cfg, name), int)):
         kind = "an integer >= 0" if integral else ">= 0"
         msg = f"{_describe(name)} must be {kind}, got {getattr(cfg, name)!r}"
+        raise ConfigError(msg)
+
+
+def _at_least_minus_one(cfg: StreamingConfig, name: str) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        msg = f"{_describe(name)} must be an integer >= 0, or -1 for no limit, got {value!r}"
         raise ConfigError(msg)
 
 

@@ -28,8 +28,10 @@ end is cancelled); (4) the endpoint, the outbox, the block tracker's WAL, the
 rate controllers and the bus close. Not graceful: the same, but nothing waits for
 deregistration and queued batches are dropped.
 
-**Failure**: a failed batch, or a background thread that dies (the timer, a
-receiver's launcher), calls :meth:`JobScheduler.fail`: the first cause is kept
+**Failure**: a failed batch, a background thread that dies (the timer, a
+receiver's launcher), or a receiver that failed more often than the restart
+policy allows (``spark.receivers.receiver.maxRestarts`` within
+``restartWindow``) calls :meth:`JobScheduler.fail`: the first cause is kept
 and the context stops at once (``on_failure``), so ``await_termination``
 raises it instead of the stream going quiet.
 """
@@ -52,6 +54,7 @@ from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker, 
 from spark_receivers.driver.receiver_launcher import ReceiverLauncher, task_specs
 from spark_receivers.driver.receiver_outbox import ClientFactory, ReceiverOutbox
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
+from spark_receivers.driver.restart_policy import RestartPolicy
 from spark_receivers.driver.status import StreamingStatus
 from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.errors import RpcError, WriteAheadLogError
@@ -168,7 +171,12 @@ class JobScheduler:
         self.launcher = self._launcher_factory(
             self._spark.sparkContext,
             task_specs(
-                graph.receivers, self._endpoint.address, self._secret, cfg.as_dict(), overrides
+                graph.receivers,
+                self._endpoint.address,
+                self._secret,
+                cfg.as_dict(),
+                overrides,
+                app_id=self._spark.sparkContext.applicationId,
             ),
             cfg.receiver_restart_delay_ms,
             self.fail,
@@ -182,6 +190,8 @@ class JobScheduler:
             self._outbox,
             self._clock,
             check_wal_handle=self._check_wal_handle if cfg.receiver_wal_enabled else None,
+            restart_policy=RestartPolicy.of(cfg),
+            on_fatal=self.fail,
         )
         if cfg.backpressure_enabled:
             self._start_rate_controllers()

@@ -294,12 +294,31 @@ def summarize_failure(error: BaseException, limit: int = 300) -> str:
 
     py4j's errors start with ``An error occurred while calling o57.collect.``; the
     line after it (``Job aborted due to stage failure: ...``) is the one to show.
+    When the text holds a Python worker's traceback, the exception that ended it
+    (``ModuleNotFoundError: No module named 'x'``) comes first.
     """
-    for line in str(error).splitlines():
-        line = line.strip().removeprefix(": ").strip()
-        if line and not line.startswith("An error occurred while calling"):
-            return line[:limit]
-    return type(error).__name__
+    lines = [line.strip().removeprefix(": ").strip() for line in str(error).splitlines()]
+    first = next(
+        (x for x in lines if x and not x.startswith("An error occurred while calling")), ""
+    )
+    if not first:
+        return type(error).__name__
+    raised = _python_exception(str(error))
+    if raised:
+        first = f"{raised} (from: {first})"
+    return first[:limit]
+
+
+_PYTHON_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.M)
+
+
+def _python_exception(text: str) -> str:
+    """The exception line that ends the last Python traceback in ``text`` ('' if none)."""
+    start = text.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return ""
+    found = _PYTHON_RAISED.findall(text[start:])
+    return found[0].strip() if found else ""
 
 
 def task_specs(
@@ -308,12 +327,18 @@ def task_specs(
     secret: str,
     config: dict[str, Any],
     overrides: Mapping[int, dict[str, Any]] | None = None,
+    app_id: str = "",
 ) -> dict[int, ReceiverTaskSpec]:
     """The task spec of each receiver (``overrides``: config changes per stream id)."""
     overrides = overrides or {}
     return {
         r.stream_id: ReceiverTaskSpec(
-            r, r.stream_id, tracker_address, secret, {**config, **overrides.get(r.stream_id, {})}
+            r,
+            r.stream_id,
+            tracker_address,
+            secret,
+            {**config, **overrides.get(r.stream_id, {})},
+            app_id,
         )
         for r in receivers
     }

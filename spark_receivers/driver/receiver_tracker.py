@@ -1,26 +1,27 @@
 """The driver's receiver tracker: receiver states, registration, the RPC handler.
 
-Spark's ReceiverTracker and its endpoint, without Spark inside: it is built from
-plain parts (the receivers, a :class:`ReceivedBlockTracker`, a
-:class:`Launcher` that runs receiver jobs, a :class:`ReceiverOutbox` that talks
-to the receivers' supervisors) and unit-tested with a fake launcher and
-``ManualClock``. :class:`~spark_receivers.driver.receiver_launcher.ReceiverLauncher`
-is the launcher that submits Spark jobs.
+Spark's ReceiverTracker and its endpoint, without Spark inside: built from plain
+parts (the receivers, a :class:`ReceivedBlockTracker`, a :class:`Launcher` that
+runs receiver jobs — on Spark the
+:class:`~spark_receivers.driver.receiver_launcher.ReceiverLauncher` —, a
+:class:`ReceiverOutbox` that talks to the supervisors) and unit-tested with a
+fake launcher and ``ManualClock``.
 
-:meth:`ReceiverTracker.handle` answers the remote messages of receivers
+:meth:`ReceiverTracker.handle` answers the receivers' remote messages
 (``RegisterReceiver``, ``AddBlock``, ``ReportError``, ``DeregisterReceiver``) on
 gRPC threads; the driver-local commands of
-:mod:`spark_receivers.driver.tracker_commands` run through
-:meth:`ReceiverTracker.run`. Placement follows the
-:class:`ReceiverSchedulingPolicy`: a registration from an executor the receiver
-was not scheduled on is refused; a receiver whose job ended is relaunched on its
-old executors if they are alive, else rescheduled.
+:mod:`spark_receivers.driver.tracker_commands` run through :meth:`ReceiverTracker.run`.
+Placement follows the :class:`ReceiverSchedulingPolicy`: a registration from an
+executor the receiver was not scheduled on is refused; a receiver whose job
+ended is relaunched on its old executors if they are alive, else rescheduled.
+Failures are counted under a :class:`RestartPolicy`: a receiver that fails too
+often is not run again and the context fails with the cause.
 
-**No network call under the lock.** One lock guards the receivers' states; it
-is held only for bookkeeping. Messages to receivers are snapshotted under it and
-handed to the outbox, which sends them on threads of its own; calls to the
-launcher (which may ask the JVM which executors are alive) happen outside it.
-So a receiver that never answers delays nothing but its own messages.
+**No network call under the lock.** One lock guards the receivers' states, held
+only for bookkeeping. Messages to receivers are snapshotted under it and handed
+to the outbox, which sends them on threads of its own; calls to the launcher
+(which may ask the JVM which executors are alive) happen outside it. So a
+receiver that never answers delays nothing but its own messages.
 
 States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` (receivers told to stop;
 registrations refused) → ``STOPPED``.
@@ -40,15 +41,15 @@ from spark_receivers.driver.listener import ListenerBus
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.driver.receiver_launcher import Launcher, ReceiverJobs
 from spark_receivers.driver.receiver_outbox import ReceiverOutbox
+from spark_receivers.driver.restart_policy import RestartPolicy
 from spark_receivers.driver.scheduling_policy import (
-    ExecutorCacheTaskLocation,
     ReceiverSchedulingPolicy,
     ReceiverState,
     ReceiverTrackingInfo,
     TaskLocation,
 )
 from spark_receivers.driver.status import ReceiverStatus
-from spark_receivers.driver.tracked_receiver import TrackedReceiver
+from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -73,7 +74,9 @@ class ReceiverTracker:
 
     ``check_wal_handle(info)`` vets the write-ahead log handle of a block from the
     network (raises :class:`RpcError` when it points outside the receiver WAL);
-    None refuses every handle (no receiver WAL).
+    None refuses every handle (no receiver WAL). A receiver that fails more often
+    than ``restart_policy`` allows is not run again and ``on_fatal(error)`` is
+    called (off the lock) with why: the context fails with it.
     """
 
     def __init__(
@@ -86,6 +89,8 @@ class ReceiverTracker:
         clock: Clock | None = None,
         policy: ReceiverSchedulingPolicy | None = None,
         check_wal_handle: Callable[[m.ReceivedBlockInfo], None] | None = None,
+        restart_policy: RestartPolicy | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._block_tracker = block_tracker
         self._bus = bus
@@ -96,7 +101,8 @@ class ReceiverTracker:
         self._check_wal_handle = check_wal_handle
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._receivers = {r.stream_id: TrackedReceiver.of(r) for r in receivers}
+        self._receivers = {r.stream_id: TrackedReceiver.of(r, restart_policy) for r in receivers}
+        self._on_fatal = on_fatal
         self._endpoints: set[str] = set()
         """Every supervisor endpoint that registered: they may still serve blocks."""
         self._state = TrackerState.INITIALIZED
@@ -235,7 +241,8 @@ class ReceiverTracker:
             if self._state is not TrackerState.STARTED:
                 return None
             r = self._receivers[stream_id]
-            r.jobs += 1
+            if not r.launching():
+                return None
             return list(r.info.scheduled_locations or ())
 
     def job_ended(self, stream_id: int, failure: str, detail: str = "") -> None:
@@ -259,6 +266,7 @@ class ReceiverTracker:
             where = f" on executor {executor.executor_id}" if executor else ""
             why = f": {failure}" if failure else ""
             self._record_error(stream_id, f"{message}{where}{why}", detail or failure)
+            self._count_failure(stream_id, f"{message}{where}{why}")
         log.info("receiver %d job ended%s", stream_id, ": failed" if failure else "")
 
     def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
@@ -270,11 +278,7 @@ class ReceiverTracker:
             if self._state is not TrackerState.STARTED:
                 return None
             r = self._receivers[stream_id]
-            old = [
-                loc
-                for loc in r.info.scheduled_locations or ()
-                if not isinstance(loc, ExecutorCacheTaskLocation) or loc in executors
-            ]
+            old = r.locations_alive(executors)
             if old:
                 locations: Sequence[TaskLocation] = old
             else:
@@ -353,7 +357,9 @@ class ReceiverTracker:
                 allowed = self._policy.reschedule_receiver(
                     msg_.stream_id, r.receiver.preferred_location, infos, executors or []
                 )
-            if not any(_accepts(loc, msg_.host, msg_.executor_id) for loc in allowed):
+            if r.restarts.gave_up:
+                return False  # the context is failing: this receiver restarted too often
+            if not any(accepts(loc, msg_.host, msg_.executor_id) for loc in allowed):
                 log.warning(
                     "refusing receiver %d from executor %s on %s: it is scheduled on %s",
                     msg_.stream_id,
@@ -363,6 +369,7 @@ class ReceiverTracker:
                 )
                 return False
             r.activate(msg_.host, msg_.executor_id, msg_.endpoint)
+            r.restarts.running()
             self._endpoints.add(msg_.endpoint)
             rate = r.rate_limit
             started = r.to_info()
@@ -389,7 +396,20 @@ class ReceiverTracker:
             self._changed.notify_all()
         log.info("receiver %d deregistered: %s", stream_id, text)
         self._bus.post("on_receiver_stopped", stopped)
+        if error:
+            self._count_failure(stream_id, text)
         return True
+
+    def _count_failure(self, stream_id: int, message: str) -> None:
+        """Count a failure under the restart policy; past it, fail the context."""
+        with self._lock:
+            r = self._receivers[stream_id]
+            started = self._state is TrackerState.STARTED
+            error = r.failed(self._clock.get_time_ms(), message) if started else None
+        if error is not None:
+            self._record_error(stream_id, str(error), r.error)
+            if self._on_fatal is not None:
+                self._on_fatal(error)
 
     def _record_error(self, stream_id: int, message: str, error: str) -> None:
         with self._lock:
@@ -428,9 +448,3 @@ class ReceiverTracker:
             if stream_id is not None:
                 return self._receivers[stream_id].records
             return sum(r.records for r in self._receivers.values())
-
-
-def _accepts(location: TaskLocation, host: str, executor_id: str) -> bool:
-    if isinstance(location, ExecutorCacheTaskLocation):
-        return location.executor_id == executor_id
-    return location.host == host

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from spark_receivers.driver.listener import ReceiverInfo
+from spark_receivers.driver.restart_policy import RestartCounter, RestartPolicy, give_up_error
 from spark_receivers.driver.scheduling_policy import (
     ExecutorCacheTaskLocation,
     ReceiverState,
@@ -20,7 +21,7 @@ from spark_receivers.driver.scheduling_policy import (
 from spark_receivers.driver.status import ReceiverStatus
 from spark_receivers.receiver.receiver import Receiver
 
-__all__ = ["TrackedReceiver"]
+__all__ = ["TrackedReceiver", "accepts"]
 
 
 @dataclasses.dataclass
@@ -36,15 +37,20 @@ class TrackedReceiver:
     blocks: int = 0
     jobs: int = 0
     rate_limit: float | None = None
+    restarts: RestartCounter = dataclasses.field(
+        default_factory=lambda: RestartCounter(RestartPolicy())
+    )
+    """Its recent failures under the restart policy."""
 
     @classmethod
-    def of(cls, receiver: Receiver) -> TrackedReceiver:
-        """A receiver not yet scheduled."""
+    def of(cls, receiver: Receiver, policy: RestartPolicy | None = None) -> TrackedReceiver:
+        """A receiver not yet scheduled, restarted under ``policy`` (default: the defaults)."""
         return cls(
             receiver,
             ReceiverTrackingInfo(
                 receiver.stream_id, ReceiverState.INACTIVE, None, None, receiver.name
             ),
+            restarts=RestartCounter(policy or RestartPolicy()),
         )
 
     @property
@@ -67,6 +73,14 @@ class TrackedReceiver:
             running_executor=None,
         )
 
+    def locations_alive(self, executors: Sequence[ExecutorCacheTaskLocation]) -> list[TaskLocation]:
+        """Its scheduled locations that are still alive (host locations always are)."""
+        return [
+            loc
+            for loc in self.info.scheduled_locations or ()
+            if not isinstance(loc, ExecutorCacheTaskLocation) or loc in executors
+        ]
+
     def unschedule(self) -> None:
         """INACTIVE with no locations (so that rescheduling does not weigh it)."""
         self.info = dataclasses.replace(
@@ -88,6 +102,20 @@ class TrackedReceiver:
         self.info = dataclasses.replace(
             self.info, state=ReceiverState.INACTIVE, running_executor=None
         )
+
+    def launching(self) -> bool:
+        """A job of it starts (counted; it runs again); False once it must not run any more."""
+        if self.restarts.gave_up:
+            return False
+        self.restarts.running()
+        self.jobs += 1
+        return True
+
+    def failed(self, time_ms: int, message: str) -> Exception | None:
+        """Count a failure (``message``: why); past the policy, the error to fail with."""
+        if not self.restarts.failed(time_ms):
+            return None
+        return give_up_error(self.info.receiver_id, self.receiver.name, self.restarts, message)
 
     def record_error(self, message: str, error: str, time_ms: int) -> None:
         """Remember the last error: one line, and the whole text with its traceback."""
@@ -131,3 +159,10 @@ class TrackedReceiver:
 
 def _or_minus_one(value: int | None) -> int:
     return -1 if value is None else value
+
+
+def accepts(location: TaskLocation, host: str, executor_id: str) -> bool:
+    """True when a receiver registering from ``executor_id`` on ``host`` fits ``location``."""
+    if isinstance(location, ExecutorCacheTaskLocation):
+        return location.executor_id == executor_id
+    return location.host == host

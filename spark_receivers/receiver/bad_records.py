@@ -8,7 +8,10 @@ reported to the driver (listeners and log) with a sample. Then the policy:
 * ``skip``: drop it; the records around it are unaffected.
 * ``fail``: stop the receiver with the error (its task fails visibly).
 * ``dead_letter``: append it to ``<dead_letter_dir>/stream-<id>-<pid>.jsonl``
-  (one JSON object a line: time, stream, reason, the record as text or base64).
+  (one JSON object a line: ``time_ms``, ``stream``, ``reason``, ``key`` — where the
+  record came from, such as a Redis entry id, when the receiver knows it — and the
+  record as ``text``, or as ``base64`` when it is not UTF-8), flushed before the
+  receiver goes on (a Redis receiver acks the entry only after that).
 """
 
 from __future__ import annotations
@@ -58,13 +61,15 @@ class DeadLetterWriter:
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
 
-    def write(self, record: bytes | str, reason: str) -> None:
-        """Append one bad record."""
+    def write(self, record: bytes | str, reason: str, key: str | None = None) -> None:
+        """Append one bad record (``key``: where it came from, if known)."""
         entry: dict[str, object] = {
             "time_ms": int(time.time() * 1000),
             "stream": self._stream_id,
             "reason": reason,
         }
+        if key is not None:
+            entry["key"] = key
         if isinstance(record, bytes):
             try:
                 entry["text"] = record.decode("utf-8")

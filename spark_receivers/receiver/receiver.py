@@ -220,13 +220,17 @@ class Receiver:
         return sup is None or sup.is_receiver_stopped()
 
     def handle_bad_record(
-        self, record: bytes | str, reason: str, error: BaseException | None = None
+        self,
+        record: bytes | str,
+        reason: str,
+        error: BaseException | None = None,
+        key: str | None = None,
     ) -> None:
         """Count, report and handle a record the receiver cannot take, per its policy.
 
-        ``skip`` drops it, ``dead_letter`` appends it to ``dead_letter_dir``, ``fail``
-        stops the receiver and raises :class:`ReceiverError`. See
-        :mod:`spark_receivers.receiver.bad_records`.
+        ``skip`` drops it, ``dead_letter`` appends it to ``dead_letter_dir`` (with
+        ``key``, where it came from, when given), ``fail`` stops the receiver and
+        raises :class:`ReceiverError`. See :mod:`spark_receivers.receiver.bad_records`.
         """
         self.bad_records += 1
         n = self.bad_records
@@ -241,7 +245,7 @@ class Receiver:
             if self._dead_letters is None:
                 assert self.dead_letter_dir is not None
                 self._dead_letters = DeadLetterWriter(self.dead_letter_dir, self._stream_id)
-            self._dead_letters.write(record, reason)
+            self._dead_letters.write(record, reason, key)
         elif self.bad_record_policy is BadRecordPolicy.FAIL:
             failure = ReceiverError(f"bad record: {reason}; sample {sample!r}")
             self.stop(f"bad record: {reason}", error or failure)

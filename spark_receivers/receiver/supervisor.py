@@ -89,8 +89,11 @@ class ReceiverSupervisor:
         host: str,
         executor_id: str,
         clock: Clock | None = None,
+        app_id: str = "",
     ) -> None:
         self.receiver = receiver
+        self.app_id = app_id
+        """The Spark application id ('' if unknown): with the config, what names the job."""
         self.stream_id = stream_id
         self.config = config
         self.executor_id = executor_id

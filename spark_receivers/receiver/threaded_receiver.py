@@ -35,6 +35,10 @@ in a tight loop, while the random half still spreads out receivers that failed
 together (a broker restart seen by every receiver at once). The failure count
 goes back to zero only when the subclass calls :meth:`mark_healthy`, once the
 source proved itself (connected, first data read), not on a mere start.
+
+``include_timestamp=True``, for subclasses that set :attr:`supports_timestamp`
+and store through :meth:`store_records`, adds a ``timestamp`` column (UTC) to
+the schema (:mod:`spark_receivers.receiver.source_support`).
 """
 
 from __future__ import annotations
@@ -44,8 +48,12 @@ import random
 import threading
 from typing import Any, ClassVar
 
+import pyarrow as pa
+
 from spark_receivers.errors import ConfigError, ReceiverError
+from spark_receivers.receiver import source_support
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.schema import is_default
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +94,7 @@ class ThreadedReceiver(Receiver):
     500) and ``max_backoff_ms`` (cap, default 30 000); ``stop_timeout_s``, how
     long ``on_stop`` waits for the worker (default 30); ``rng``, the
     :class:`random.Random` of the jitter (default a shared one; pass a seeded
-    one in tests).
+    one in tests); ``include_timestamp`` (see the module doc).
 
     Thread contract: :meth:`receive` runs on the worker thread
     ``<thread_name_prefix>-<stream id>``, a new one for each start; ``on_start``
@@ -121,6 +129,8 @@ class ThreadedReceiver(Receiver):
     thread_name_prefix: ClassVar[str] = "receiver"
     #: Attributes dropped when the receiver is pickled (connections, handles, caches).
     transient_attrs: ClassVar[tuple[str, ...]] = ()
+    #: True for a subclass that stores through :meth:`store_records` (``include_timestamp``).
+    supports_timestamp: ClassVar[bool] = False
 
     # Class-level defaults, so that a subclass that forgets super().__init__() works.
     backoff_base_ms: int = 500
@@ -130,6 +140,8 @@ class ThreadedReceiver(Receiver):
     _failures: int = 0
     _thread: threading.Thread | None = None
     _stop_event: threading.Event | None = None
+    include_timestamp: bool = False
+    _record_schema: pa.Schema | None = None
 
     def __init__(
         self,
@@ -138,9 +150,17 @@ class ThreadedReceiver(Receiver):
         max_backoff_ms: int = 30_000,
         stop_timeout_s: float = 30.0,
         rng: random.Random | None = None,
+        include_timestamp: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if include_timestamp:
+            if not self.supports_timestamp:
+                msg = f"{type(self).__name__} does not support include_timestamp=True"
+                raise ConfigError(msg)
+            self._record_schema = self.schema
+            self.schema = source_support.with_timestamp(self.schema, type(self).__name__)
+            self.include_timestamp = True
         for key, value in (
             ("backoff_base_ms", backoff_base_ms),
             ("max_backoff_ms", max_backoff_ms),
@@ -244,6 +264,37 @@ class ThreadedReceiver(Receiver):
         self._failures = 0
 
     @property
+    def record_schema(self) -> pa.Schema:
+        """The schema of the records the receiver makes: :attr:`schema` without ``timestamp``."""
+        return self._record_schema if self._record_schema is not None else self.schema
+
+    @property
+    def default_records(self) -> bool:
+        """True when a record is one string (the default :attr:`record_schema`)."""
+        return is_default(self.record_schema)
+
+    def store_records(
+        self, records: list[Any], *, reliable: bool = False, times_us: Any = None
+    ) -> None:
+        """``store(records, reliable=reliable)``, with their ``timestamp`` if asked.
+
+        With ``include_timestamp`` the records become one Arrow table with the
+        ``timestamp`` column: ``times_us`` is one time for all (default: now) or
+        one per record, in microseconds since the epoch. Blocks as :meth:`store`.
+        """
+        if not records:
+            return
+        if self.include_timestamp:
+            table = source_support.table_with_times(records, self.record_schema, times_us)
+            self.store(table, reliable=reliable)
+        else:
+            self.store(records, reliable=reliable)
+
+    def durable_name(self, prefix: str = "spark-receivers") -> str:
+        """A name unique to this job's stream, stable across restarts (see ``source_support``)."""
+        return source_support.durable_name(self._supervisor, self.stream_id, prefix)
+
+    @property
     def consecutive_failures(self) -> int:
         """Failures since the last :meth:`mark_healthy` (each one restarted the receiver)."""
         return self._failures
@@ -328,13 +379,16 @@ class ThreadedReceiver(Receiver):
             return
         message = self.restart_message(error)
         delay_ms = self.next_backoff_ms()
+        # The stack once per run of failures: a source that stays down is one line a retry.
+        first = self._failures == 1
         log.warning(
-            "receiver %d: %s; restarting in %d ms (failure %d in a row)",
+            "receiver %d: %s; restarting in %d ms (failure %d in a row%s)",
             self.stream_id,
             message,
             delay_ms,
             self._failures,
-            exc_info=error,
+            "" if first or error is None else "; the stack was logged at the first",
+            exc_info=error if first else None,
         )
         self.restart(message, error, delay_ms)
 

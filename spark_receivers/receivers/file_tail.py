@@ -18,6 +18,12 @@ held open. So:
   unterminated last line, if any, is stored and the file is forgotten;
 * truncation (size below the offset, as ``copytruncate`` does): reading
   restarts at 0 and the receiver reports an error to the driver.
+
+A line that is not valid UTF-8, or longer than ``max_record_bytes``, is a bad
+record, handled by ``bad_record_policy``: ``skip`` and ``dead_letter`` (the raw
+bytes, keyed ``<path>:<offset>``) go on after it; ``fail`` stores the lines
+before it, saves the offset of its start and stops the receiver with the
+error (a restart meets the same line again).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.bad_records import BadRecordPolicy
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 log = logging.getLogger(__name__)
@@ -65,10 +72,11 @@ class FileTailReceiver(ThreadedReceiver):
     without saved offsets (files created later are read from their start).
     ``offsets_dir`` defaults to ``<directory>/.spark-receivers-offsets``; the
     offsets of stream N live in ``stream-N.json`` there (``offsets_name``
-    overrides the name). Lines are decoded as UTF-8 (bad bytes replaced, and
-    reported), without their ``\n`` or ``\r\n``. A line longer than
-    ``max_record_bytes`` is skipped and reported. Hidden files (``.name``) are
-    ignored unless ``pattern`` starts with a dot.
+    overrides the name). Lines are decoded as UTF-8, without their ``\n`` or
+    ``\r\n``; one that is not UTF-8 or longer than ``max_record_bytes`` goes to
+    ``bad_record_policy`` (see the module doc). Hidden files (``.name``) are
+    ignored unless ``pattern`` starts with a dot. ``include_timestamp=True``
+    adds when each line was read.
 
     A failure (the offsets cannot be saved, a store fails) restarts the
     receiver with the backoff of :class:`ThreadedReceiver`; it goes on from
@@ -81,6 +89,7 @@ class FileTailReceiver(ThreadedReceiver):
 
     thread_name_prefix = "file-tail"
     transient_attrs = ("_files",)
+    supports_timestamp = True
 
     def __init__(
         self,
@@ -300,9 +309,12 @@ class FileTailReceiver(ThreadedReceiver):
         cut = chunk.rfind(b"\n")
         if cut < 0:
             if len(chunk) >= self.max_record_bytes:
-                self._bad(
+                # raises under "fail": the offset stays at the start of the line
+                self.handle_bad_record(
+                    chunk[: self.max_record_bytes],
                     f"{f.path}: line at byte {f.offset} longer than "
-                    f"max_record_bytes={self.max_record_bytes} skipped"
+                    f"max_record_bytes={self.max_record_bytes}",
+                    key=f"{f.path}:{f.offset}",
                 )
                 self._commit(f, f.offset + len(chunk), [], skipping=True)
                 return True
@@ -312,27 +324,46 @@ class FileTailReceiver(ThreadedReceiver):
         return True
 
     def _decode(self, f: _Followed, data: bytes) -> list[str]:
+        """The lines of ``data`` (read at ``f.offset``); bad ones go to the policy.
+
+        Under ``fail`` the lines before a bad one are committed (its start saved as
+        the offset) before :meth:`handle_bad_record` raises.
+        """
+        limit = self.max_record_bytes
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            self._bad(f"{f.path}: bytes that are not UTF-8 near byte {f.offset + e.start} replaced")
-            text = data.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        if "\r" in text:
-            lines = [line.removesuffix("\r") for line in lines]
-        too_long = [line for line in lines if len(line) > self.max_record_bytes]
-        if too_long:
-            self._bad(
-                f"{f.path}: {len(too_long)} line(s) longer than "
-                f"max_record_bytes={self.max_record_bytes} skipped"
-            )
-            lines = [line for line in lines if len(line) <= self.max_record_bytes]
-        return lines
+        except UnicodeDecodeError:
+            pass
+        else:
+            lines = text.split("\n")
+            if "\r" in text:
+                lines = [line.removesuffix("\r") for line in lines]
+            # a character is 1 to 4 bytes: only a line of over limit/4 may be too long
+            if not any(len(x) > limit // 4 and len(x.encode()) > limit for x in lines):
+                return lines
+        good: list[str] = []
+        offset = f.offset
+        for raw in data.split(b"\n"):
+            if len(raw) > limit:
+                reason = f"{f.path}: line at byte {offset} longer than max_record_bytes={limit}"
+            else:
+                try:
+                    good.append(raw.decode("utf-8").removesuffix("\r"))
+                    offset += len(raw) + 1
+                    continue
+                except UnicodeDecodeError as e:
+                    reason = f"{f.path}: line at byte {offset} is not UTF-8 (byte {e.start})"
+            if self.bad_record_policy is BadRecordPolicy.FAIL:
+                self._commit(f, offset, good, skipping=False)  # keep those before it
+                good = []
+            self.handle_bad_record(raw[:limit], reason, key=f"{f.path}:{offset}")
+            offset += len(raw) + 1
+        return good
 
     def _commit(self, f: _Followed, offset: int, lines: list[str], skipping: bool) -> None:
         """Store ``lines`` reliably, then move and save the offset (in that order)."""
         if lines:
-            self.store(lines, reliable=True)
+            self.store_records(lines, reliable=True)
             self.lines_stored += len(lines)
         f.offset = offset
         f.skipping = skipping
@@ -345,14 +376,9 @@ class FileTailReceiver(ThreadedReceiver):
             tail = f.handle.read(size - f.offset)
             lines = self._decode(f, tail)
             if lines:
-                self.store(lines, reliable=True)
+                self.store_records(lines, reliable=True)
                 self.lines_stored += len(lines)
         log.info("receiver %d: finished %s (%s)", self.stream_id, f.path, f.key)
         if f.handle is not None:
             f.handle.close()
         del self._files[f.key]
-
-    def _bad(self, message: str) -> None:
-        self.bad_records += 1
-        log.warning("receiver %d: %s", self.stream_id, message)
-        self.report_error(message)

@@ -42,6 +42,8 @@ class GeneratorReceiver(ThreadedReceiver):
     ``seed`` gives the same lines: :meth:`expected` lists them on the driver.
     A restart goes on from the next number, never repeating one; a failed
     store restarts it with the backoff of :class:`ThreadedReceiver`.
+    ``include_timestamp=True`` adds when each line was generated (an event
+    time for windowed examples).
 
     Thread contract: one thread (``generator-receiver-<stream>``) stores;
     it waits on an event between ticks, so ``on_stop`` returns within one store.
@@ -50,6 +52,7 @@ class GeneratorReceiver(ThreadedReceiver):
     TICK_S = 0.01
     thread_name_prefix = "generator-receiver"
     transient_attrs = ("_tails",)
+    supports_timestamp = True
     _tails: list[str] | None = None
 
     def __init__(
@@ -124,7 +127,7 @@ class GeneratorReceiver(ThreadedReceiver):
             if remaining is not None:
                 n = min(n, remaining)
             lines = self._chunk(n)
-            self.store(lines, reliable=self.reliable)
+            self.store_records(lines, reliable=self.reliable)
             self.records_generated += n
             self.mark_healthy()
 

@@ -8,51 +8,58 @@ client exactly what happened to its request:
 200    every line of the body was stored with ``store(..., reliable=True)``
        (and so is in the write-ahead log when it is enabled); body
        ``{"stored": <n>}``
-400    the body is not valid UTF-8 / a line is not valid JSON / a JSON line
-       does not fit the schema; the message names the line; nothing stored
+400    a malformed request: the body is not valid UTF-8 / a line is not
+       valid JSON (``NaN``, ``Infinity``, numbers out of range, integers
+       over 4300 digits and nesting deeper than Python's recursion limit
+       included) / a JSON line does not fit the schema (the message names
+       the line; nothing stored); or a request aiohttp cannot parse
 401    a token is configured and the request has no or a wrong bearer token
+       (any bytes in the header, compared in constant time)
+408    the request headers (``header_timeout_s``) or body
+       (``body_timeout_s``) did not arrive in time; the connection closes
 413    the body is longer than ``max_body_bytes``
 429    back off (``Retry-After``): the rate limit would hold the request
        longer than ``max_store_wait_s``, too many requests are being stored
        at once, or the store did not finish within ``max_store_wait_s``
        (in that last case the records may still be stored: retrying can
        duplicate them, never lose them)
-503    the receiver is stopping, or the store failed (``Retry-After``)
+503    back off (``Retry-After``): the receiver is stopping, the store
+       failed, ``max_pending_requests`` requests are already being handled,
+       or ``max_connections`` connections are open and none has waited
+       long for headers (answered as the connection opens, then closed)
 =====  ==================================================================
 
-The server is aiohttp, run on an event loop of its own in a thread started by
-``on_start``; the blocking reliable stores run on a small thread pool so that
-the loop keeps answering.
+No client mistake gets a 5xx or a traceback in the log: refusals are logged one line
+each, at most a few per ten seconds (:mod:`.http_server`). The server is aiohttp on an
+event loop of its own (a thread started by ``on_start``) behind a connection guard (a
+connection cap, a header read timeout); reliable stores run on a small thread pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
-import json
 import logging
-import os
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.receiver.schema import check_record, is_default
+from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
+from spark_receivers.receivers.http_body import FORMATS, BadRequestError, parse_body
 from spark_receivers.util.extras import AIOHTTP
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from spark_receivers.receivers.http_server import ClientErrorLog, ConnectionGuard
+
 log = logging.getLogger(__name__)
 
-FORMATS = ("lines", "json")
-
-
-class BadRequestError(ReceiverError, ValueError):
-    """A request body that cannot be stored; the message names the line."""
+__all__ = ["FORMATS", "BadRequestError", "HttpReceiver"]
 
 
 class HttpReceiver(ThreadedReceiver):
@@ -69,9 +76,17 @@ class HttpReceiver(ThreadedReceiver):
     multi-column schema. With ``format="lines"`` every line is a record (a
     trailing newline does not make an empty record; ``\r\n`` ends a line too).
 
+    Against slow, many or broken clients: ``header_timeout_s`` (10) for a
+    request's headers to arrive (from the connection's opening or its previous
+    request), ``body_timeout_s`` (60) for its body, both answered 408;
+    ``max_connections`` (256) open connections and ``max_pending_requests``
+    (128) requests being handled, beyond which a 503 with ``Retry-After``
+    answers at once. ``include_timestamp=True`` adds when each request arrived.
+
     When the server fails (the port is taken, the loop dies), the receiver
     restarts with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms``
-    caps it); the backoff resets once the server listens.
+    caps it); the backoff resets once the server listens. A port that stays
+    taken ends in the driver's restart policy failing the context.
 
     Thread contract: ``on_start`` returns at once; the server runs on the thread
     ``http-receiver-<stream>``; ``on_stop`` closes the listening socket, lets the
@@ -80,7 +95,8 @@ class HttpReceiver(ThreadedReceiver):
 
     thread_name_prefix = "http-receiver"
     requires = (AIOHTTP,)  # the [http] extra
-    transient_attrs = ("_loop", "_server_stop", "_pool", "_count_lock")
+    transient_attrs = ("_loop", "_server_stop", "_pool", "_count_lock", "_guard", "_errors")
+    supports_timestamp = True
 
     def __init__(
         self,
@@ -95,6 +111,10 @@ class HttpReceiver(ThreadedReceiver):
         max_concurrent_stores: int = 8,
         retry_after_s: int = 1,
         shutdown_timeout_s: float = 10.0,
+        header_timeout_s: float = 10.0,
+        body_timeout_s: float = 60.0,
+        max_connections: int = 256,
+        max_pending_requests: int = 128,
         address_file: str | None = None,
         max_backoff_ms: int = 30_000,
         **kwargs: Any,
@@ -104,6 +124,10 @@ class HttpReceiver(ThreadedReceiver):
             ("max_store_wait_s", max_store_wait_s),
             ("max_concurrent_stores", max_concurrent_stores),
             ("shutdown_timeout_s", shutdown_timeout_s),
+            ("header_timeout_s", header_timeout_s),
+            ("body_timeout_s", body_timeout_s),
+            ("max_connections", max_connections),
+            ("max_pending_requests", max_pending_requests),
         ):
             if value <= 0:
                 msg = f"{key} must be > 0, got {value!r}"
@@ -114,10 +138,10 @@ class HttpReceiver(ThreadedReceiver):
         if format not in FORMATS:
             msg = f"format must be one of {FORMATS}, got {format!r}"
             raise ConfigError(msg)
-        if format == "lines" and not is_default(self.schema):
+        if format == "lines" and not self.default_records:
             msg = (
                 f"format='lines' stores strings: it needs the default schema (one string "
-                f"column 'value'), got {self.schema.names}; use format='json' for a "
+                f"column 'value'), got {self.record_schema.names}; use format='json' for a "
                 "multi-column schema"
             )
             raise ConfigError(msg)
@@ -142,6 +166,10 @@ class HttpReceiver(ThreadedReceiver):
         self.max_concurrent_stores = max_concurrent_stores
         self.retry_after_s = retry_after_s
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.header_timeout_s = header_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.max_connections = max_connections
+        self.max_pending_requests = max_pending_requests
         self.address_file = address_file
         self._token = token.encode() if token is not None else None
         self.bound_port: int | None = None
@@ -156,7 +184,10 @@ class HttpReceiver(ThreadedReceiver):
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
         self._in_flight = 0
+        self._pending = 0
         self._count_lock = threading.Lock()
+        self._guard: ConnectionGuard | None = None
+        self._errors: ClientErrorLog | None = None
 
     # --- the server thread ----------------------------------------------------
 
@@ -204,15 +235,33 @@ class HttpReceiver(ThreadedReceiver):
     async def _run_server(self) -> None:
         from aiohttp import web
 
+        from spark_receivers.receivers.http_server import (
+            ClientErrorLog,
+            ConnectionGuard,
+            GuardedSite,
+            expect_handler,
+        )
+
         assert self._server_stop is not None
+        errors = ClientErrorLog(f"receiver {self.stream_id} (HTTP)")
+        guard = ConnectionGuard(
+            self.max_connections, self.header_timeout_s, self.retry_after_s, errors
+        )
+        self._errors, self._guard = errors, guard
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_post(self.path, self._handle)
+        admit = functools.partial(self._admit, counted=False)
+        app.router.add_post(self.path, self._handle, expect_handler=expect_handler(admit))
         runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, shutdown_timeout=self.shutdown_timeout_s
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=self.shutdown_timeout_s,
+            logger=errors,  # aiohttp's 400s for unparsable requests: one line, rate-limited
+            lingering_time=min(10.0, self.body_timeout_s),
         )
         await runner.setup()
         host = self._bind_host()
-        site = web.TCPSite(runner, host, self.port)
+        site = GuardedSite(runner, host, self.port, guard, backlog=min(self.max_connections, 1024))
         try:
             await site.start()
         except OSError as e:
@@ -235,12 +284,10 @@ class HttpReceiver(ThreadedReceiver):
     def _write_address_file(self, host: str, port: int) -> None:
         if self.address_file is None:
             return
-        directory = os.path.dirname(os.path.abspath(self.address_file))
+        from spark_receivers.receivers.http_server import write_address_file
+
         try:
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".address-")
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{host}:{port}\n")
-            os.replace(tmp, self.address_file)
+            write_address_file(self.address_file, host, port)
         except OSError as e:
             message = f"cannot write address_file {self.address_file!r}: {e}"
             log.warning("receiver %d: %s", self.stream_id, message)
@@ -248,49 +295,103 @@ class HttpReceiver(ThreadedReceiver):
 
     # --- requests -------------------------------------------------------------
 
-    def _refuse(self, status: int, message: str, retry: bool = False) -> web.Response:
+    def _refuse(
+        self,
+        status: int,
+        message: str,
+        retry: bool = False,
+        close: bool = False,
+        request: web.BaseRequest | None = None,
+    ) -> web.Response:
+        """A refusal, logged one line (rate-limited, no traceback); ``close``: no keep-alive."""
         from aiohttp import web
 
         self.requests_refused += 1
+        if self._errors is not None:
+            remote = request.remote if request is not None else "?"
+            self._errors.client_error(f"{status} to {remote}: {message}")
         headers = {"Retry-After": str(self.retry_after_s)} if retry else {}
         if status == 401:
             headers["WWW-Authenticate"] = 'Bearer realm="spark-receivers"'
-        return web.json_response({"error": message}, status=status, headers=headers)
+        response = web.json_response({"error": message}, status=status, headers=headers)
+        if close:
+            response.force_close()
+        return response
 
-    def _authorized(self, request: web.Request) -> bool:
+    def _authorized(self, request: web.BaseRequest) -> bool:
         if self._token is None:
             return True
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        try:  # aiohttp keeps bytes that are not UTF-8 as surrogates: give them back
+            given_bytes = given.strip().encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return False
         # compare_digest runs in time independent of where the tokens differ
-        ok = hmac.compare_digest(given.strip().encode(), self._token)
+        ok = hmac.compare_digest(given_bytes, self._token)
         return ok and scheme.lower() == "bearer"
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
-
-        if self._closing or self.is_stopped():
-            return self._refuse(503, "receiver is stopping", retry=True)
-        if not self._authorized(request):
-            return self._refuse(401, "missing or wrong bearer token")
-        if request.content_length is not None and request.content_length > self.max_body_bytes:
-            return self._refuse(
-                413,
-                f"body of {request.content_length} bytes > max_body_bytes={self.max_body_bytes}",
-            )
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """One request: counted as pending, its connection's header deadline off meanwhile."""
+        guard = self._guard
+        if guard is not None:
+            guard.request_started(request)
+        self._pending += 1
         try:
-            body = await request.read()
+            return await self._answer(request)
+        finally:
+            self._pending -= 1
+            if guard is not None:
+                guard.request_done(request)
+
+    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        from aiohttp import web
+        from aiohttp.http_exceptions import HttpProcessingError
+        from aiohttp.web_protocol import RequestPayloadError
+
+        arrived_us = now_us()
+        refusal = self._admit(request, counted=True)
+        if refusal is not None:
+            return refusal
+        try:
+            body = await asyncio.wait_for(request.read(), self.body_timeout_s)
+        except TimeoutError:
+            message = f"request body not received within body_timeout_s={self.body_timeout_s}"
+            return self._refuse(408, message, close=True, request=request)
         except web.HTTPRequestEntityTooLarge:
-            return self._refuse(413, f"body longer than max_body_bytes={self.max_body_bytes}")
+            message = f"body longer than max_body_bytes={self.max_body_bytes}"
+            return self._refuse(413, message, close=True, request=request)
+        except (RequestPayloadError, HttpProcessingError) as e:
+            return self._refuse(400, f"malformed body: {e}", close=True, request=request)
         try:
             records = self.parse(body)
         except BadRequestError as e:
-            return self._refuse(400, str(e))
+            return self._refuse(400, str(e), request=request)
         if not records:
             return web.json_response({"stored": 0})
-        refusal = self._back_pressure(len(records))
-        if refusal is not None:
-            return self._refuse(429, refusal, retry=True)
-        return await self._store(records)
+        too_much = self._back_pressure(len(records))
+        if too_much is not None:
+            return self._refuse(429, too_much, retry=True, request=request)
+        return await self._store(records, arrived_us)
+
+    def _admit(self, request: web.BaseRequest, counted: bool) -> web.Response | None:
+        """The refusal of a request before its body is read, or None (also for ``Expect``)."""
+        pending = self._pending if counted else self._pending + 1
+        if self._closing or self.is_stopped():
+            return self._refuse(503, "receiver is stopping", True, True, request)
+        if pending > self.max_pending_requests:
+            message = (
+                f"{pending - 1} requests are being handled "
+                f"(max_pending_requests={self.max_pending_requests}); retry later"
+            )
+            return self._refuse(503, message, True, True, request)
+        if not self._authorized(request):
+            return self._refuse(401, "missing or wrong bearer token", close=True, request=request)
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            message = (
+                f"body of {request.content_length} bytes > max_body_bytes={self.max_body_bytes}"
+            )
+            return self._refuse(413, message, close=True, request=request)
+        return None
 
     def _back_pressure(self, n: int) -> str | None:
         if self._in_flight >= self.max_concurrent_stores:
@@ -304,12 +405,12 @@ class HttpReceiver(ThreadedReceiver):
             )
         return None
 
-    async def _store(self, records: list[Any]) -> web.StreamResponse:
+    async def _store(self, records: list[Any], arrived_us: int) -> web.StreamResponse:
         from aiohttp import web
 
         loop = asyncio.get_running_loop()
         self._in_flight += 1
-        future = loop.run_in_executor(self._pool, self._store_reliably, records)
+        future = loop.run_in_executor(self._pool, self._store_reliably, records, arrived_us)
 
         def done(_: object) -> None:
             self._in_flight -= 1
@@ -326,63 +427,23 @@ class HttpReceiver(ThreadedReceiver):
             )
         except Exception as e:
             log.warning(
-                "receiver %d: store of %d records failed",
+                "receiver %d: store of %d records failed: %s",
                 self.stream_id,
                 len(records),
-                exc_info=True,
+                e,
+                exc_info=log.isEnabledFor(logging.DEBUG),  # the store's own log has the stack
             )
             return self._refuse(503, f"records could not be stored: {e}", retry=True)
         return web.json_response({"stored": len(records)})
 
-    def _store_reliably(self, records: list[Any]) -> None:
+    def _store_reliably(self, records: list[Any], arrived_us: int) -> None:
         if self.is_stopped():
             msg = "receiver is stopping"
             raise ReceiverError(msg)
-        self.store(records, reliable=True)
+        self.store_records(records, reliable=True, times_us=arrived_us)
         with self._count_lock:
             self.records_stored += len(records)
 
     def parse(self, body: bytes) -> list[Any]:
         """The records of a request body; :class:`BadRequestError` naming the bad line."""
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = body.count(b"\n", 0, e.start) + 1
-            msg = f"line {line} is not valid UTF-8 (byte {e.start})"
-            raise BadRequestError(msg) from None
-        if not text:
-            return []
-        lines = text.split("\n")
-        if text.endswith("\n"):
-            lines.pop()
-        if "\r" in text:
-            lines = [line.removesuffix("\r") for line in lines]
-        if self.format == "lines":
-            return lines
-        as_objects = not is_default(self.schema)
-        records: list[Any] = []
-        for number, text_line in enumerate(lines, 1):
-            raw = text_line.strip()
-            if not raw:
-                continue
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError as e:
-                msg = f"line {number} is not valid JSON: {e.msg} at column {e.colno}"
-                raise BadRequestError(msg) from None
-            if not as_objects:
-                records.append(raw)
-                continue
-            if not isinstance(value, dict):
-                msg = (
-                    f"line {number} is a JSON {type(value).__name__}, not an object with "
-                    f"the fields {self.schema.names}"
-                )
-                raise BadRequestError(msg)
-            try:
-                check_record(value, self.schema)
-            except ReceiverError as e:
-                msg = f"line {number}: {e}"
-                raise BadRequestError(msg) from None
-            records.append(value)
-        return records
+        return parse_body(body, self.format, self.record_schema)

@@ -1,12 +1,32 @@
 """``MqttReceiver``: subscribes to an MQTT topic and acks each message after storing it.
 
-paho-mqtt 2.x with ``manual_ack=True`` and a persistent session
-(``clean_session=False``, a stable client id). Messages are gathered for up to
+paho-mqtt 2.x with ``manual_ack=True`` and, by default, a persistent session
+under a client id of this job's stream. Messages are gathered for up to
 ``batch_wait_ms`` (at most ``max_batch`` of them), stored together with
 ``store(payloads, reliable=True)``, and only then acknowledged (``PUBACK``),
 in the order they arrived. A message whose store failed, or that arrived on
 a connection that has since dropped, is never acked: the broker delivers it
 again when the session reconnects (at least once, never lost).
+
+**The client id is the key of the broker's session**: its subscriptions and the
+messages queued for it while it is away. By default it is
+``spark-receivers-<job>-<stream id>`` (:meth:`ThreadedReceiver.durable_name`):
+``<job>`` is a hash of the checkpoint directory when the context has one, so a
+job restarted from its checkpoint resumes its own session (and gets what was
+published while it was down), else the Spark application id. Two jobs never
+share a session unless they are given the same ``client_id``.
+
+A second client connecting with the same id takes the session over, and the
+broker closes the first one's connection; the first reconnects and takes it
+back, and so on. The receiver detects it and reports it to the driver
+(``ReportError``: a listener's ``on_receiver_error``): at once when the broker
+says so (an MQTT 5 DISCONNECT with reason code 142, "session taken over"), else
+(brokers that just close the connection, such as mosquitto 2.0.11, and MQTT
+3.1.1) once a few connections in a row were accepted and then soon closed by
+the broker (:mod:`spark_receivers.receivers.mqtt_session`). Every lost connection
+restarts the receiver with a growing backoff (only a connection that lasted,
+or a stored batch, resets it), so the fight slows down, and the driver's
+restart policy ends it with the error.
 
 How many unacknowledged messages the broker sends at once is the broker's
 in-flight window (mosquitto's ``max_inflight_messages``, 20 by default): it
@@ -22,9 +42,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_receivers.errors import ConfigError
-from spark_receivers.receiver.schema import is_default
+from spark_receivers.errors import ConfigError, ReceiverError
+from spark_receivers.receiver.bad_records import BadRecordPolicy
+from spark_receivers.receiver.schema import check_record
+from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
+from spark_receivers.receivers.mqtt_session import (
+    NEVER_EXPIRES,
+    TakeoverDetector,
+    session_expiry,
+    takeover_message,
+)
 from spark_receivers.util.extras import PAHO_MQTT
 
 if TYPE_CHECKING:
@@ -33,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MESSAGE_FIELDS = ("topic", "payload", "qos", "retain")
+PROTOCOLS = ("5", "3.1.1")
 
 
 @dataclass(frozen=True)
@@ -45,22 +74,36 @@ class _Delivery:
     topic: str
     payload: bytes
     retain: bool
+    arrived_us: int
 
 
 class MqttReceiver(ThreadedReceiver):
     """Stores the payloads (UTF-8) of the messages published on ``topic``.
 
-    ``topic`` may hold wildcards (``sensors/+/temp``, ``logs/#``). ``client_id``
-    defaults to ``spark-receivers-<stream id>``: the broker keeps the session
-    (subscription and unacked messages) under it across restarts. Under a
+    ``topic`` may hold wildcards (``sensors/+/temp``, ``logs/#``). Under a
     declared multi-column schema a record is a dict of the schema's fields
-    among ``topic``, ``payload``, ``qos`` and ``retain``. A payload that is not
-    UTF-8 is skipped, reported and acked.
+    among ``topic``, ``payload``, ``qos`` and ``retain``. A payload that is
+    not UTF-8 (or a record that does not fit the schema) is a bad record,
+    handled by ``bad_record_policy``: ``skip`` and ``dead_letter`` ack it,
+    ``fail`` acks the messages before it and stops the receiver with the
+    error. ``include_timestamp=True`` adds when each message arrived.
 
-    A failure (the broker cannot be reached, a store fails) restarts the
-    receiver with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms``
-    caps it, and paho's own reconnect delay); the backoff resets on every
-    accepted connection.
+    The session (see the module doc): ``client_id`` (default: unique to the
+    job's stream, see :attr:`client_name`); ``clean_session=False`` (default)
+    keeps it on the broker across reconnects and restarts, so messages
+    published while the receiver is away wait for it; ``True`` starts afresh
+    on every connection, losing those and the unacked in-flight ones.
+    ``session_expiry_s`` (MQTT 5): how long the broker keeps a persistent
+    session of a client that went away; None means never for an explicit
+    ``client_id`` or one derived from a checkpoint, and an hour for one
+    derived from the application id (no later job could resume it).
+    ``protocol``: ``"5"`` (default; needed to detect a session takeover) or
+    ``"3.1.1"`` for brokers without MQTT 5.
+
+    Any lost connection ends the run: the receiver restarts with the backoff
+    of :class:`ThreadedReceiver` (``max_backoff_ms`` caps it), and the driver
+    sees it; the backoff resets once a batch is stored or a connection lasted
+    a while (10 s).
 
     Thread contract: paho's network thread only queues messages; one thread
     (``mqtt-receiver-<stream>``) stores and acks them. ``on_stop`` disconnects
@@ -69,7 +112,8 @@ class MqttReceiver(ThreadedReceiver):
 
     thread_name_prefix = "mqtt-receiver"
     requires = (PAHO_MQTT,)  # the [mqtt] extra
-    transient_attrs = ("_client", "_client_lock", "_queue", "_subscribed")
+    transient_attrs = ("_client", "_client_lock", "_queue", "_subscribed", "_lost")
+    supports_timestamp = True
 
     def __init__(
         self,
@@ -79,6 +123,9 @@ class MqttReceiver(ThreadedReceiver):
         *,
         qos: int = 1,
         client_id: str | None = None,
+        clean_session: bool = False,
+        session_expiry_s: int | None = None,
+        protocol: str = "5",
         username: str | None = None,
         password: str | None = None,
         keepalive_s: int = 30,
@@ -102,10 +149,21 @@ class MqttReceiver(ThreadedReceiver):
         if not topic:
             msg = "topic must be non-empty, got ''"
             raise ConfigError(msg)
-        if not is_default(self.schema) and not set(self.schema.names) <= set(MESSAGE_FIELDS):
+        if client_id is not None and not client_id:
+            msg = "client_id must be a non-empty string or None (derived), got ''"
+            raise ConfigError(msg)
+        if protocol not in PROTOCOLS:
+            msg = f"protocol must be one of {PROTOCOLS}, got {protocol!r}"
+            raise ConfigError(msg)
+        if session_expiry_s is not None and not 0 <= session_expiry_s <= NEVER_EXPIRES:
+            msg = (
+                f"session_expiry_s must be in [0, {NEVER_EXPIRES}] or None, got {session_expiry_s}"
+            )
+            raise ConfigError(msg)
+        if not self.default_records and not set(self.record_schema.names) <= set(MESSAGE_FIELDS):
             msg = (
                 f"a declared schema may only have fields among {MESSAGE_FIELDS}, "
-                f"got {self.schema.names}"
+                f"got {self.record_schema.names}"
             )
             raise ConfigError(msg)
         self.host = host
@@ -113,6 +171,9 @@ class MqttReceiver(ThreadedReceiver):
         self.topic = topic
         self.qos = qos
         self.client_id = client_id
+        self.clean_session = clean_session
+        self.session_expiry_s = session_expiry_s
+        self.protocol = protocol
         self.username = username
         self.password = password
         self.keepalive_s = keepalive_s
@@ -120,7 +181,8 @@ class MqttReceiver(ThreadedReceiver):
         self.batch_wait_ms = batch_wait_ms
         self.records_stored = 0
         self.messages_acked = 0
-        self.bad_records = 0
+        self.takeovers = 0
+        self._drops = TakeoverDetector()  # across runs
         self.reset_runtime()
 
     def reset_runtime(self) -> None:
@@ -129,12 +191,20 @@ class MqttReceiver(ThreadedReceiver):
         self._client_lock = threading.Lock()  # exactly one of worker and interrupt disconnects
         self._queue: queue.Queue[_Delivery] = queue.Queue()
         self._subscribed = threading.Event()
+        self._lost: str | None = None  # why the connection ended, set by paho's thread
         self._connection = 0
 
     @property
     def client_name(self) -> str:
-        """The MQTT client id (the key of the broker's persistent session)."""
-        return self.client_id or f"spark-receivers-{self.stream_id}"
+        """The MQTT client id: ``client_id``, else :meth:`durable_name` (on the executor)."""
+        return self.client_id or self.durable_name()
+
+    @property
+    def session_expiry(self) -> int:
+        """The MQTT 5 session expiry interval sent on CONNECT (s; 0 for a clean session)."""
+        return session_expiry(
+            self.clean_session, self.session_expiry_s, self.client_id, self._supervisor
+        )
 
     # --- the storing thread ---------------------------------------------------
 
@@ -149,8 +219,23 @@ class MqttReceiver(ThreadedReceiver):
                 batch = self._next_batch()
                 if batch:
                     self._store_and_ack(client, batch)
+                lost = self._lost
+                if lost is not None and not self.stopping:
+                    self._keep_qos0(client)
+                    raise ReceiverError(lost)
         finally:
             self._disconnect()
+
+    def _keep_qos0(self, client: mqtt.Client) -> None:
+        """The connection is gone: store its QoS 0 messages; the broker sends the others again."""
+        left: list[_Delivery] = []
+        while True:
+            try:
+                left.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if any(d.qos == 0 for d in left):
+            self._store_and_ack(client, [d for d in left if d.qos == 0])
 
     def interrupt(self) -> None:
         """Disconnect (unacked messages stay with the broker) and stop paho's thread."""
@@ -169,22 +254,50 @@ class MqttReceiver(ThreadedReceiver):
 
     def _connect(self) -> mqtt.Client:
         import paho.mqtt.client as mqtt
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
 
+        v5 = self.protocol == "5"
         client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
             client_id=self.client_name,
-            clean_session=False,
-            protocol=mqtt.MQTTv311,
+            clean_session=None if v5 else self.clean_session,
+            protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
             manual_ack=True,
+            reconnect_on_failure=False,  # a lost connection ends the run: restarted with backoff
         )
         if self.username is not None:
             client.username_pw_set(self.username, self.password)
-        client.reconnect_delay_set(1, max(1, self.max_backoff_ms // 1000))
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
-        client.connect(self.host, self.port, keepalive=self.keepalive_s)
+        log.info(
+            "receiver %d: connecting to %s:%s as client id %r (%s session, MQTT %s)",
+            self.stream_id,
+            self.host,
+            self.port,
+            self.client_name,
+            "clean" if self.clean_session else "persistent",
+            self.protocol,
+        )
+        try:
+            if v5:
+                properties = Properties(PacketTypes.CONNECT)
+                properties.SessionExpiryInterval = self.session_expiry
+                client.connect(
+                    self.host,
+                    self.port,
+                    keepalive=self.keepalive_s,
+                    clean_start=self.clean_session,
+                    properties=properties,
+                )
+            else:
+                client.connect(self.host, self.port, keepalive=self.keepalive_s)
+        except OSError as e:
+            self._drops.connect_failed()
+            msg = f"cannot connect to the MQTT broker {self.host}:{self.port}: {e}"
+            raise ReceiverError(msg) from e
         return client
 
     # --- paho callbacks (network thread: must not block) ---------------------------
@@ -193,16 +306,22 @@ class MqttReceiver(ThreadedReceiver):
         self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any
     ) -> None:
         if reason_code.is_failure:
-            log.warning("receiver %d: MQTT connection refused: %s", self.stream_id, reason_code)
+            self._drops.connect_failed()
+            self._lost = (
+                f"the MQTT broker {self.host}:{self.port} refused the connection of client id "
+                f"{self.client_name!r}: {reason_code}"
+            )
+            log.warning("receiver %d: %s", self.stream_id, self._lost)
             return
         self._connection += 1
+        self._drops.connected(time.monotonic())
         self._subscribed.clear()
-        self.mark_healthy()
         log.info(
-            "receiver %d: connected to %s:%s (session present: %s)",
+            "receiver %d: connected to %s:%s as %r (session present: %s)",
             self.stream_id,
             self.host,
             self.port,
+            self.client_name,
             flags.session_present,
         )
         client.subscribe(self.topic, self.qos)
@@ -225,14 +344,23 @@ class MqttReceiver(ThreadedReceiver):
     def _on_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any, properties: Any
     ) -> None:
-        if not self.stopping:
-            log.warning(
-                "receiver %d: disconnected from %s:%s: %s; reconnecting",
-                self.stream_id,
-                self.host,
-                self.port,
-                reason_code,
+        if self.stopping:
+            return
+        drop = self._drops.dropped(time.monotonic(), getattr(reason_code, "value", None))
+        if drop.lasted:
+            self.mark_healthy()  # it worked for a while: the next failure waits little
+        if drop.takeover:
+            self.takeovers += 1
+            message = takeover_message(self.host, self.port, self.client_name, drop.certain)
+            log.error("receiver %d: %s", self.stream_id, message)
+            self.report_error(message, ReceiverError(message))
+        else:
+            message = (
+                f"lost the connection to the MQTT broker {self.host}:{self.port}: {reason_code}"
             )
+            log.warning("receiver %d: %s", self.stream_id, message)
+        if self._lost is None:
+            self._lost = message
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         self._queue.put(
@@ -243,6 +371,7 @@ class MqttReceiver(ThreadedReceiver):
                 message.topic,
                 bytes(message.payload),
                 bool(message.retain),
+                now_us(),
             )
         )
 
@@ -266,12 +395,34 @@ class MqttReceiver(ThreadedReceiver):
         return batch
 
     def _store_and_ack(self, client: mqtt.Client, batch: list[_Delivery]) -> None:
-        records = [r for r in (self._record(d) for d in batch) if r is not None]
-        if records:
-            self.store(records, reliable=True)
-            self.records_stored += len(records)
-        current = self._connection
+        """Store the batch's records, then ack its messages; bad ones go to the policy first."""
+        records: list[Any] = []
+        times: list[int] = []
+        done: list[_Delivery] = []
         for d in batch:
+            try:
+                record = self._record(d)
+            except ReceiverError as e:
+                if self.bad_record_policy is BadRecordPolicy.FAIL:
+                    self._store_then_ack(client, records, times, done)  # keep those before it
+                    records, times, done = [], [], []
+                # raises under "fail": the message is not acked; else it is acked below
+                self.handle_bad_record(d.payload, str(e), key=f"topic {d.topic}")
+            else:
+                records.append(record)
+                times.append(d.arrived_us)
+            done.append(d)
+        self._store_then_ack(client, records, times, done)
+
+    def _store_then_ack(
+        self, client: mqtt.Client, records: list[Any], times: list[int], done: list[_Delivery]
+    ) -> None:
+        if records:
+            self.store_records(records, reliable=True, times_us=times)
+            self.records_stored += len(records)
+            self.mark_healthy()
+        current = self._connection
+        for d in done:
             if d.qos == 0:
                 continue
             if d.connection != current:
@@ -281,15 +432,19 @@ class MqttReceiver(ThreadedReceiver):
             self.messages_acked += 1
 
     def _record(self, d: _Delivery) -> Any:
+        """The record of a message; :class:`ReceiverError` naming why it cannot be one."""
         try:
             payload = d.payload.decode("utf-8")
         except UnicodeDecodeError as e:
-            self.bad_records += 1
-            message = f"message on {d.topic!r} is not UTF-8 ({len(d.payload)} bytes): skipped"
-            log.warning("receiver %d: %s", self.stream_id, message)
-            self.report_error(message, e)
-            return None
-        if is_default(self.schema):
+            msg = f"message on {d.topic!r} is not UTF-8 ({len(d.payload)} bytes, byte {e.start})"
+            raise ReceiverError(msg) from None
+        if self.default_records:
             return payload
         values = {"topic": d.topic, "payload": payload, "qos": d.qos, "retain": d.retain}
-        return {name: values[name] for name in self.schema.names}
+        record = {name: values[name] for name in self.record_schema.names}
+        try:
+            check_record(record, self.record_schema)
+        except ReceiverError as e:
+            msg = f"message on {d.topic!r}: {e}"
+            raise ReceiverError(msg) from None
+        return record

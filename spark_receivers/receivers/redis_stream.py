@@ -14,16 +14,27 @@ takes back what is pending:
 
 So nothing read is lost; an entry stored but not yet acked when the receiver
 died is stored again (at least once).
+
+Entries are read as bytes and decoded here, so an entry that cannot become a
+record (a value that is not UTF-8, a missing field, fields that do not fit the
+schema) is a bad record, handled by ``bad_record_policy``: ``skip`` acks it,
+``dead_letter`` writes its id and raw bytes to the dead-letter file and then
+acks it, ``fail`` stores and acks the entries before it and stops the receiver
+with the error (the entry stays pending). It never stalls the group.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.receiver.schema import is_default
+from spark_receivers.receiver.bad_records import BadRecordPolicy
+from spark_receivers.receiver.schema import check_record
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.util.extras import REDIS
 
@@ -32,7 +43,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Entry = tuple[str, dict[str, str] | None]
+Entry = tuple[str, dict[bytes, bytes] | None]
+"""An entry id and its fields as read (None: deleted while pending)."""
+
+
+class _BadEntry(Exception):
+    def __init__(self, reason: str, raw: bytes | str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = raw
 
 
 class RedisStreamReceiver(ThreadedReceiver):
@@ -46,8 +65,11 @@ class RedisStreamReceiver(ThreadedReceiver):
     Records: the field ``field`` of each entry (default ``"value"``); with
     ``field=None`` the whole entry as JSON ``{"id": ..., "fields": {...}}``
     under the default schema, or the entry's fields as a dict under a declared
-    multi-column schema. An entry without ``field`` is skipped, reported and
-    acked (it would never fit).
+    multi-column schema (the string values cast to the schema's types:
+    ``"3"`` to an ``int64``). An entry that cannot be a record (not UTF-8, without
+    ``field``, not fitting the schema) goes to ``bad_record_policy`` (see the
+    module doc). With ``include_timestamp=True`` a ``timestamp`` column holds
+    the time of the entry's id (when Redis added it).
 
     A failure (the server is unreachable, a store fails) restarts the receiver
     with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms`` caps it);
@@ -59,6 +81,7 @@ class RedisStreamReceiver(ThreadedReceiver):
 
     thread_name_prefix = "redis-stream"
     requires = (REDIS,)  # the [redis] extra
+    supports_timestamp = True
 
     def __init__(
         self,
@@ -88,7 +111,7 @@ class RedisStreamReceiver(ThreadedReceiver):
         if not stream or not group:
             msg = f"stream and group must be non-empty, got stream={stream!r} group={group!r}"
             raise ConfigError(msg)
-        if field is not None and not is_default(self.schema):
+        if field is not None and not self.default_records:
             msg = (
                 f"field={field!r} stores strings: it needs the default schema; "
                 f"use field=None to store entries as dicts of schema {self.schema.names}"
@@ -120,7 +143,7 @@ class RedisStreamReceiver(ThreadedReceiver):
 
         client = redis.Redis.from_url(
             self.url,
-            decode_responses=True,
+            decode_responses=False,  # bytes: a value that is not UTF-8 is a bad record, not a crash
             socket_timeout=self.block_ms / 1000.0 + 10.0,
             socket_connect_timeout=10.0,
         )
@@ -170,8 +193,8 @@ class RedisStreamReceiver(ThreadedReceiver):
                 start_id=cursor,
                 count=self.batch,
             )
-            cursor, claimed = reply[0], reply[1]
-            entries = [(eid, fields) for eid, fields in claimed]
+            cursor, claimed = _text(reply[0]), reply[1]
+            entries = [(_text(eid), fields) for eid, fields in claimed]
             if entries:
                 log.info(
                     "receiver %d: claimed %d idle pending entries", self.stream_id, len(entries)
@@ -192,43 +215,105 @@ class RedisStreamReceiver(ThreadedReceiver):
             last = entries[-1][0]
 
     def _store_and_ack(self, client: redis.Redis, entries: list[Entry]) -> None:
-        records = []
+        """Store the entries' records, then XACK them; bad entries go to the policy first."""
+        records: list[Any] = []
+        times: list[int] = []
+        ids: list[str] = []
         for entry_id, fields in entries:
-            record = self._record(entry_id, fields)
-            if record is not None:
-                records.append(record)
-        if records:
-            self.store(records, reliable=True)
-            self.records_stored += len(records)
-        ids = [entry_id for entry_id, _ in entries]
-        client.xack(self.stream, self.group, *ids)
-        self.entries_acked += len(ids)
+            try:
+                record = self._record(entry_id, fields)
+            except _BadEntry as bad:
+                if self.bad_record_policy is BadRecordPolicy.FAIL:
+                    self._store_then_ack(client, records, times, ids)  # keep those before it
+                    records, times, ids = [], [], []
+                # raises under "fail": the entry stays pending; else it is acked below
+                self.handle_bad_record(bad.raw, bad.reason, key=entry_id)
+            else:
+                if record is not None:
+                    records.append(record)
+                    times.append(_entry_time_us(entry_id))
+            ids.append(entry_id)
+        self._store_then_ack(client, records, times, ids)
 
-    def _record(self, entry_id: str, fields: dict[str, str] | None) -> Any:
+    def _store_then_ack(
+        self, client: redis.Redis, records: list[Any], times: list[int], ids: list[str]
+    ) -> None:
+        if records:
+            self.store_records(records, reliable=True, times_us=times)
+            self.records_stored += len(records)
+        if ids:
+            client.xack(self.stream, self.group, *ids)
+            self.entries_acked += len(ids)
+
+    def _record(self, entry_id: str, fields: dict[bytes, bytes] | None) -> Any:
+        """The record of an entry; None when it was deleted; :class:`_BadEntry` when bad."""
         if fields is None:  # deleted (XDEL/XTRIM) while pending: nothing to store
             return None
-        if self.field is None:
-            if is_default(self.schema):
-                return json.dumps({"id": entry_id, "fields": fields}, sort_keys=True)
-            return fields
-        value = fields.get(self.field)
-        if value is None:
-            self.bad_records += 1
-            message = (
-                f"entry {entry_id} of stream {self.stream!r} has no field {self.field!r} "
-                f"(fields: {sorted(fields)}): skipped and acked"
-            )
-            log.warning("receiver %d: %s", self.stream_id, message)
-            self.report_error(message, ReceiverError(message))
-            return None
-        return value
+        where = f"entry {entry_id} of stream {self.stream!r}"
+        if self.field is not None:
+            value = fields.get(self.field.encode())
+            if value is None:
+                names = sorted(_text(k, "replace") for k in fields)
+                reason = f"{where} has no field {self.field!r} (fields: {names})"
+                raise _BadEntry(reason, _raw_entry(fields))
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError as e:
+                reason = f"{where}: field {self.field!r} is not UTF-8 (byte {e.start})"
+                raise _BadEntry(reason, value) from None
+        try:
+            decoded = {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
+        except UnicodeDecodeError:
+            msg = f"{where}: a field name or value is not UTF-8"
+            raise _BadEntry(msg, _raw_entry(fields)) from None
+        if self.default_records:
+            return json.dumps({"id": entry_id, "fields": decoded}, sort_keys=True)
+        try:
+            record = _typed(decoded, self.record_schema)
+            check_record(record, self.record_schema)
+        except ReceiverError as e:
+            msg = f"{where}: {e}"
+            raise _BadEntry(msg, _raw_entry(fields)) from None
+        return record
 
 
 def _entries(reply: Any) -> list[Entry]:
     """Flatten an XREADGROUP reply (``[[stream, [(id, fields), ...]]]``) to ``[(id, fields)]``."""
     if not reply:
         return []
-    return [(eid, fields) for _, messages in reply for eid, fields in messages]
+    return [(_text(eid), fields) for _, messages in reply for eid, fields in messages]
+
+
+def _text(value: bytes | str, errors: str = "strict") -> str:
+    return value.decode("utf-8", errors) if isinstance(value, bytes) else value
+
+
+def _typed(fields: dict[str, str], schema: pa.Schema) -> dict[str, Any]:
+    """Redis values are strings: cast those of non-string fields (``"3"`` → 3) with Arrow."""
+    out: dict[str, Any] = dict(fields)
+    for field in schema:
+        text = fields.get(field.name)
+        if text is None or pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            continue
+        try:
+            out[field.name] = pa.scalar(text).cast(field.type).as_py()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            msg = f"field {field.name!r} ({field.type}) cannot hold value {text!r:.100}: {e}"
+            raise ReceiverError(msg) from None
+    return out
+
+
+def _entry_time_us(entry_id: str) -> int:
+    """The time Redis gave an entry, from its id ``<ms>-<seq>``, in microseconds."""
+    return int(entry_id.partition("-")[0]) * 1000
+
+
+def _raw_entry(fields: dict[bytes, bytes]) -> str:
+    """Every field of an entry, names and values base64, as JSON: nothing is lost."""
+    pairs = [
+        [base64.b64encode(k).decode(), base64.b64encode(v).decode()] for k, v in fields.items()
+    ]
+    return json.dumps({"fields_base64": pairs})
 
 
 def _redact(url: str) -> str:

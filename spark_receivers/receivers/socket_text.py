@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_receivers.errors import ReceiverError
-from spark_receivers.receiver.schema import is_default
+from spark_receivers.receiver.source_support import table_with_times
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 
@@ -23,7 +23,8 @@ class SocketTextReceiver(ThreadedReceiver):
     A line longer than ``max_record_bytes`` or not valid UTF-8 is a bad record:
     counted, reported to the driver and handled by ``bad_record_policy``
     (``skip`` by default, ``fail`` or ``dead_letter``); the lines around it are
-    kept. Other keyword arguments go to :class:`ThreadedReceiver`.
+    kept. ``include_timestamp=True`` adds when each line was read. Other keyword
+    arguments go to :class:`ThreadedReceiver`.
 
     Thread contract: one thread (``socket-receiver-<stream>``) connects, reads
     and stores; ``on_stop`` shuts the socket down, which ends its read.
@@ -31,6 +32,7 @@ class SocketTextReceiver(ThreadedReceiver):
 
     thread_name_prefix = "socket-receiver"
     transient_attrs = ("_sock",)
+    supports_timestamp = True
     _sock: socket.socket | None = None
 
     def __init__(
@@ -114,7 +116,10 @@ class SocketTextReceiver(ThreadedReceiver):
         if self._arrow_lines:
             lines = _split_lines(chunk, self.max_record_bytes)
             if lines is not None:
-                self.store(pa.Table.from_arrays([lines], schema=self.schema))
+                if self.include_timestamp:
+                    self.store(table_with_times(lines, self.record_schema))
+                else:
+                    self.store(pa.Table.from_arrays([lines], schema=self.schema))
                 return
             self._store_checked(chunk.split(b"\n"))  # a bad line in the chunk
             return
@@ -129,11 +134,11 @@ class SocketTextReceiver(ThreadedReceiver):
         lines = text.split("\n")
         if "\r" in text:
             lines = [line.removesuffix("\r") for line in lines]
-        self.store(lines)
+        self.store_records(lines)
 
     @property
     def _arrow_lines(self) -> bool:
-        return is_default(self.schema)
+        return self.default_records
 
     def _store_checked(self, raw_lines: list[bytes]) -> None:
         good: list[str] = []
@@ -148,14 +153,14 @@ class SocketTextReceiver(ThreadedReceiver):
                 error = None
             # Store the good lines before it first, so a "fail" policy costs none of them.
             if good:
-                self.store(good)
+                self.store_records(good)
                 good = []
             if error is not None:
                 self.handle_bad_record(raw, "line is not valid UTF-8", error)
             else:
                 self._too_long(raw)
         if good:
-            self.store(good)
+            self.store_records(good)
 
     def _too_long(self, raw: bytes) -> None:
         self.handle_bad_record(

@@ -24,6 +24,8 @@ class ReceiverTaskSpec:
     tracker_address: str
     secret: str
     config: dict[str, Any]
+    app_id: str = ""
+    """The Spark application id, for receivers that name their job (MQTT client ids)."""
 
 
 def executor_host() -> str:
@@ -85,6 +87,7 @@ def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iter
             StreamingConfig(**spec.config),
             local_host(),
             executor_id(),
+            app_id=spec.app_id,
         )
         supervisor.start()
         supervisor.await_termination()

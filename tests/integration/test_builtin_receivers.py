@@ -8,6 +8,7 @@ are tested without Spark in tests/receivers/.
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -24,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 from harness import free_port
 from service_fixtures import mosquitto_port, redis_url  # noqa: F401
 
-from spark_receivers import Receiver, StreamingContext
+from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
+from spark_receivers.context import StreamingError
+from spark_receivers.errors import ReceiverError
 from spark_receivers.receivers import (
     FileTailReceiver,
     GeneratorReceiver,
@@ -200,3 +203,83 @@ def test_mqtt_receiver_delivers_every_qos1_message(spark, mosquitto_port):  # no
         publisher.disconnect()
         publisher.loop_stop()
     assert [v for v in collected.values() if v != "probe"] == sent
+
+
+def test_mqtt_job_restarted_from_its_checkpoint_gets_what_was_published_while_down(
+    spark,
+    mosquitto_port,  # noqa: F811
+    tmp_path,
+):
+    """No client_id given: the id comes from the checkpoint dir, through the launcher and the
+    supervisor on the executor, so the restarted job resumes its own persistent session."""
+    import paho.mqtt.client as mqtt
+
+    topic = f"it/{uuid.uuid4().hex[:8]}"
+    checkpoint = str(tmp_path / "ck")
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    publisher.connect("127.0.0.1", mosquitto_port)
+    publisher.loop_start()
+
+    def run_job() -> tuple[StreamingContext, Collected]:
+        ssc = StreamingContext(spark, batch_interval_ms=1000, checkpoint_dir=checkpoint)
+        collected = Collected()
+        ssc.receiver_stream(MqttReceiver("127.0.0.1", mosquitto_port, topic)).foreach_batch(
+            collected
+        )
+        ssc.start()
+        assert wait_until(lambda: receiver_running(ssc), 60)
+        return ssc, collected
+
+    def subscribed(collected: Collected) -> bool:
+        publisher.publish(topic, "probe", qos=1).wait_for_publish(5)
+        return wait_until(lambda: "probe" in collected.values(), 1.5)
+
+    try:
+        ssc, collected = run_job()
+        try:
+            assert wait_until(lambda: subscribed(collected), 60), "never subscribed"
+        finally:
+            ssc.stop(graceful=True)
+        sent = [f"while down {i}" for i in range(100)]
+        for info in [publisher.publish(topic, v, qos=1) for v in sent]:
+            info.wait_for_publish(10)
+        ssc, collected = run_job()
+        try:
+            assert wait_until(lambda: collected.count() >= len(sent), 60), collected.values()
+        finally:
+            ssc.stop(graceful=True)
+    finally:
+        publisher.disconnect()
+        publisher.loop_stop()
+    assert [v for v in collected.values() if v != "probe"] == sent
+
+
+def test_a_receiver_that_always_fails_fails_the_context_with_the_cause(spark):
+    """An HTTP receiver on a port already in use: not a restart loop for ever, but a
+    failed context whose error names the cause, also reported in the listener."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    errors: list[str] = []
+
+    class Errors(StreamingListener):
+        def on_receiver_error(self, info) -> None:
+            errors.append(info.last_error_message)
+
+    config = StreamingConfig(receiver_max_restarts=2, receiver_restart_window_s=120.0)
+    ssc = StreamingContext(spark, batch_interval_ms=1000, config=config)
+    ssc.add_streaming_listener(Errors())
+    receiver = HttpReceiver("127.0.0.1", port, backoff_base_ms=100, max_backoff_ms=200)
+    ssc.receiver_stream(receiver).foreach_batch(lambda df, t: None)
+    try:
+        ssc.start()
+        with pytest.raises(StreamingError) as failed:
+            ssc.await_termination(timeout_s=180)  # bounded; returns False only if it never fails
+    finally:
+        ssc.stop(graceful=False)
+        taken.close()
+    text = str(failed.value)
+    assert f"cannot listen on 127.0.0.1:{port}" in text
+    assert "failed 3 times" in text and "spark.receivers.receiver.maxRestarts=2" in text
+    assert isinstance(failed.value.__cause__, ReceiverError)
+    assert any("is not restarted again" in e for e in errors)
+    assert ssc.status().failure is not None

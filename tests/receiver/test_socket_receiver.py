@@ -173,3 +173,22 @@ def test_arrow_split_matches_line_by_line_decoding(lines):
 )
 def test_arrow_split_leaves_bad_chunks_to_the_line_by_line_path(chunk, limit):
     assert _split_lines(chunk, max_record_bytes=limit) is None
+
+
+def test_include_timestamp_adds_when_the_lines_were_read(tracker):
+    server = OneShotServer(b"a\nb\n")
+    try:
+        receiver = SocketTextReceiver("127.0.0.1", server.port, include_timestamp=True)
+        sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
+        sup.start()
+        tracker.wait_for(lambda: tracker.records() >= 2)
+        client = EndpointClient(sup.endpoint, tracker.secret)
+        tables = [client.read_table(a.block_info.block_id.encode()) for a in tracker.of(m.AddBlock)]
+        sup.stop("test over")
+        sup.await_termination(15)
+    finally:
+        server.close()
+    rows = [row for t in tables for row in t.to_pylist()]
+    assert [r["value"] for r in rows[:2]] == ["a", "b"]
+    assert str(tables[0].schema.field("timestamp").type) == "timestamp[us, tz=UTC]"
+    assert all(r["timestamp"] is not None for r in rows)

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 from harness import HarnessSupervisor
 
 from spark_receivers import ThreadedReceiver
+from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.restart_policy import RestartPolicy
 from spark_receivers.errors import ConfigError, ReceiverError
 
 LOGGER = "spark_receivers.receiver.threaded_receiver"
@@ -404,3 +406,41 @@ def test_every_delay_lies_between_half_and_all_of_the_capped_exponential(base, c
 def test_bad_options_are_refused_naming_the_key_and_value(options, message):
     with pytest.raises(ConfigError, match=message):
         Scripted(**options)
+
+
+@given(seed=st.integers(0, 2**32))
+def test_the_default_backoff_meets_the_default_restart_policy_as_documented(seed):
+    """docs/receivers.md: with the defaults (backoff 500 ms..30 s; 20 restarts in 10 min) a
+    source that stays broken fails the context after about 5 to 6 minutes, while a 10 s
+    outage costs about 5 restarts. The real delays, added up (no clock involved)."""
+    policy = RestartPolicy.of(StreamingConfig())
+    receiver = Scripted(rng=random.Random(seed))
+    elapsed_ms, failures = 0, 0
+    while failures <= policy.max_restarts:  # the one past the limit fails the context
+        failures += 1
+        if failures <= policy.max_restarts:
+            elapsed_ms += receiver.next_backoff_ms()
+    assert elapsed_ms < policy.window_ms  # they all fall within one window: the context fails
+    assert 4 * 60_000 <= elapsed_ms <= 7 * 60_000
+    blip = Scripted(rng=random.Random(seed))
+    waited, restarts = 0, 0
+    while waited < 10_000:  # the source is back 10 s after it went away
+        waited += blip.next_backoff_ms()
+        restarts += 1
+    assert 4 <= restarts <= 6
+
+
+def test_a_source_that_stays_down_logs_its_stack_once_then_one_line_a_retry(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    receiver = Scripted(*["source-error"] * 3, "healthy-fail", "idle", backoff_base_ms=10)
+    sup = SteppedSupervisor(receiver).start()
+    try:
+        for n in range(1, 5):
+            sup.wait_until(lambda n=n: len(sup.restarts) == n)
+            sup.release()
+        sup.wait_until(lambda: sup.records[-1:] == ["idle"])
+    finally:
+        sup.shutdown()
+    restarts = [r for r in caplog.records if "restarting in" in r.getMessage()]
+    assert [r.exc_info is not None for r in restarts] == [True, False, False, True]
+    assert "the stack was logged at the first" in restarts[1].getMessage()

@@ -13,18 +13,31 @@ import threading
 import time
 from typing import Any
 
+from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
-from spark_receivers.receiver.schema import check_record, is_default
+from spark_receivers.receiver.schema import check_record, is_default, to_table
 
 
 class HarnessSupervisor:
+    """``checkpoint_dir`` and ``app_id`` play the job's identity (``durable_name``)."""
+
     # No fast path: every store goes through add_records, which the tests watch.
     add_text = None
 
-    def __init__(self, receiver: Receiver, stream_id: int = 0, max_rate: float | None = None):
+    def __init__(
+        self,
+        receiver: Receiver,
+        stream_id: int = 0,
+        max_rate: float | None = None,
+        *,
+        checkpoint_dir: str = "",
+        app_id: str = "",
+    ):
         self.receiver = receiver
+        self.config = StreamingConfig(checkpoint_dir=checkpoint_dir)
+        self.app_id = app_id
         self.rate_limiter = RateLimiter(max_rate)
         self.records: list[Any] = []
         self.reliable_batches: list[list[Any]] = []
@@ -63,7 +76,12 @@ class HarnessSupervisor:
             self._changed.notify_all()
 
     def push_table(self, data: Any, metadata: Any, reliable: bool) -> None:
-        self.add_records(data.to_pydict()["value"], metadata, reliable)
+        """A table of the default schema as its values, any other as one dict per row."""
+        table = to_table(data, self.receiver.schema)
+        if is_default(self.receiver.schema):
+            self.add_records(table.column("value").to_pylist(), metadata, reliable)
+        else:
+            self.add_records(table.to_pylist(), metadata, reliable)
 
     def restart_receiver(self, message: str, error: Any, delay_ms: int | None) -> None:
         self.restarts.append(message)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+from datetime import UTC, datetime
 
 import pytest
 from harness import HarnessSupervisor, wait_until
@@ -184,3 +186,52 @@ def saved_offsets(receiver: FileTailReceiver) -> list[int]:
 
 def _offsets(sup: HarnessSupervisor) -> str:
     return sup.receiver.offsets_path  # type: ignore[attr-defined]
+
+
+POISON = b"good 1\nbad \xff\xfe line\ngood 2\n"
+
+
+def append_bytes(path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_a_line_that_is_not_utf8_goes_to_the_policy_and_later_lines_arrive(tmp_path, tail, policy):
+    log = tmp_path / "logs" / "app.log"
+    append_bytes(log, POISON)
+    dead = tmp_path / "dead"
+    receiver, sup = tail(
+        bad_record_policy=policy, dead_letter_dir=str(dead) if policy == "dead_letter" else None
+    )
+    assert sup.wait_for(2) == ["good 1", "good 2"]  # skipped, never replaced by U+FFFD
+    append(log, "good 3\n")
+    assert sup.wait_for(3)[-1] == "good 3"
+    assert "is not UTF-8" in sup.wait_for_errors(1)[0]
+    assert receiver.bad_records == 1
+    assert wait_until(lambda: saved_offsets(receiver) == [log.stat().st_size], 5)
+    if policy == "dead_letter":
+        (path,) = dead.glob("stream-0-*.jsonl")
+        (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert letter["key"] == f"{log}:7"
+        assert base64.b64decode(letter["base64"]) == b"bad \xff\xfe line"
+
+
+def test_a_bad_line_under_fail_keeps_the_lines_before_and_stops_at_its_offset(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    append_bytes(log, POISON)
+    receiver, sup = tail(bad_record_policy="fail")
+    assert wait_until(lambda: sup.stopped_with is not None, 10)
+    assert "is not UTF-8" in sup.stopped_with
+    assert sup.records == ["good 1"]
+    assert saved_offsets(receiver) == [len(b"good 1\n")]  # a restart meets the bad line again
+
+
+def test_include_timestamp_is_when_the_line_was_read(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    before = datetime.now(UTC)
+    append(log, "a\n")
+    receiver, sup = tail(include_timestamp=True)
+    assert receiver.schema.names == ["value", "timestamp"]
+    (row,) = sup.wait_for(1)
+    assert row["value"] == "a" and before <= row["timestamp"] <= datetime.now(UTC)

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from harness import HarnessSupervisor, free_port, wait_until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import HttpReceiver
+from spark_receivers.receivers.http_server import ClientErrorLog
 
 
 def post(port, body: bytes, token=None, path="/ingest", timeout=10):
@@ -190,3 +198,348 @@ def test_bad_options_are_refused_naming_the_key():
         HttpReceiver(max_body_bytes=0)
     with pytest.raises(ConfigError, match="default schema"):
         HttpReceiver(schema=pa.schema([("a", pa.int64()), ("b", pa.string())]))
+
+
+# --- hostile and broken clients ------------------------------------------------------
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int | None, bytes]:
+    """Send raw bytes; return the status of the answer (None: closed without one) and it all."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        return read_answer(sock)
+
+
+def read_answer(sock: socket.socket) -> tuple[int | None, bytes]:
+    received = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not chunk:
+            break
+        received += chunk
+        head, sep, body = received.partition(b"\r\n\r\n")
+        if sep:
+            length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            if length and len(body) >= int(length.group(1)):
+                break
+    match = re.match(rb"HTTP/1\.[01] (\d{3})", received)
+    return (int(match.group(1)) if match else None), received
+
+
+def request_bytes(body: bytes, headers: dict[bytes, bytes] | None = None) -> bytes:
+    lines = [b"POST /ingest HTTP/1.1", b"Host: 127.0.0.1", b"Connection: close"]
+    lines += [k + b": " + v for k, v in (headers or {}).items()]
+    lines += [b"Content-Length: " + str(len(body)).encode(), b"", b""]
+    return b"\r\n".join(lines) + body
+
+
+def test_a_non_ascii_authorization_header_is_401(make):
+    receiver, sup = make(token="s3cret")
+    for value in (b"Bearer s\xc3\xa9cret", b"Bearer \xff\xfe", "Bearer ü".encode("latin-1")):
+        status, _ = raw_exchange(
+            receiver.bound_port, request_bytes(b"x\n", {b"Authorization": value})
+        )
+        assert status == 401, value
+    assert sup.records == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"n": ' + b"9" * 5000 + b"}",
+        b'{"n": NaN}',
+        b'{"n": Infinity}',
+        b"-Infinity",
+        b'{"n": 1e999}',
+    ],
+    ids=["nested-100000", "int-5000-digits", "NaN", "Infinity", "-Infinity", "1e999"],
+)
+def test_json_that_python_would_choke_on_or_bend_is_400(make, line):
+    receiver, sup = make(format="json")
+    status, _, body = post(receiver.bound_port, b'{"ok": 1}\n' + line + b"\n")
+    assert status == 400 and body["error"].startswith("line 2 is not valid JSON")
+    assert sup.records == []
+
+
+def test_headers_that_do_not_arrive_in_time_are_408_and_closed(make):
+    receiver, sup = make(header_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", receiver.bound_port), timeout=10) as sock:
+        sock.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\n")  # ... and nothing more
+        status, answer = read_answer(sock)  # bounded by the socket timeout
+    assert status == 408 and b"header" in answer
+    assert receiver._guard.timed_out == 1
+    # an idle keep-alive connection gets the same deadline after its request
+    with socket.create_connection(("127.0.0.1", receiver.bound_port), timeout=10) as sock:
+        sock.sendall(request_bytes(b"a\n").replace(b"Connection: close", b"Connection: keep-alive"))
+        status, answer = read_answer(sock)
+        assert status == 200
+        assert sock.recv(100) == b""  # closed after the idle deadline, answered nothing more
+    assert sup.records == ["a"]
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(make):
+    receiver, sup = make(body_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", receiver.bound_port), timeout=10) as sock:
+        sock.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial")
+        status, answer = read_answer(sock)
+    assert status == 408 and b"body_timeout_s=0.5" in answer
+    assert sup.records == []
+
+
+def test_connections_beyond_the_cap_are_503_with_retry_after_when_all_are_busy(make):
+    receiver, sup = make(max_connections=5, retry_after_s=2)
+    port = receiver.bound_port
+    sup.store_delay_s = 2.0  # five requests being stored hold every place
+    results: list[int] = []
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(post(port, f"{i}\n".encode())[0]))
+        for i in range(5)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        assert wait_until(lambda: receiver._pending == 5, 5)
+        status, answer = raw_exchange(port, request_bytes(b"x\n"))
+        assert status == 503 and b"Retry-After: 2" in answer and b"max_connections=5" in answer
+        assert wait_until(lambda: receiver._guard.lingering == 0, 5)  # closed after its linger
+    finally:
+        for t in threads:
+            t.join(10)
+    assert results == [200] * 5
+    assert wait_until(lambda: receiver._guard.open == 0, 5)
+    assert post(port, b"x\n")[0] == 200  # places free again
+
+
+def test_at_the_cap_a_new_client_takes_the_place_of_the_slowest(make):
+    receiver, sup = make(max_connections=5, header_timeout_s=30.0)
+    port = receiver.bound_port
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
+    try:
+        for sock in held:
+            sock.sendall(b"POST /ingest HTTP/1.1\r\n")  # slow clients holding every place
+        assert wait_until(lambda: receiver._guard.open == 5, 5)
+        # once they waited a second for their headers, a client that sends at once gets in
+        assert post_until_served(port, b"real\n", attempts=50)[0] == 200
+        assert receiver._guard.evicted >= 1
+        status, answer = read_answer(held[0])  # the oldest slow one was closed, with a 408
+        assert status == 408 and b"max_connections" in answer
+    finally:
+        for sock in held:
+            sock.close()
+    assert sup.records == ["real"]
+
+
+def test_requests_beyond_max_pending_are_503_with_retry_after(make):
+    receiver, sup = make(max_pending_requests=1)
+    sup.store_delay_s = 1.0
+    port = receiver.bound_port
+    results = []
+    t = threading.Thread(target=lambda: results.append(post(port, b"slow\n")))
+    t.start()
+    try:
+        assert wait_until(lambda: receiver._pending == 1, 5)
+        status, headers, body = post(port, b"another\n")
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert "max_pending_requests=1" in body["error"]
+    finally:
+        t.join(10)
+    assert results[0][0] == 200 and sup.records == ["slow"]
+
+
+def slowloris(
+    port: int, connections: int, stop: threading.Event, reconnect: bool = False
+) -> list[socket.socket]:
+    """Open connections and trickle header bytes into them until ``stop``.
+
+    With ``reconnect``, every connection the server closes is opened again at once.
+    """
+    socks: list[socket.socket] = []
+
+    def open_one() -> None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"POST /ingest HTTP/1.1\r\n")
+            socks.append(sock)
+        except OSError:
+            pass
+
+    for _ in range(connections):
+        open_one()
+
+    def trickle() -> None:
+        while not stop.wait(0.2):
+            for sock in list(socks):
+                try:
+                    sock.sendall(b"X")
+                except OSError:
+                    socks.remove(sock)
+                    sock.close()
+                    if reconnect and not stop.is_set():
+                        open_one()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    return socks
+
+
+def post_until_served(port: int, body: bytes, attempts: int) -> tuple[int, int]:
+    """Post like a real client: on 503 wait Retry-After (scaled down) and retry; (status, tries)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            status = post(port, body, timeout=5)[0]
+        except OSError:
+            status = 0
+        if status == 200:
+            return status, attempt
+        threading.Event().wait(0.2)
+    return status, attempts
+
+
+def test_a_real_client_is_served_while_slowloris_holds_connections(make):
+    """Slow clients below the cap cost a place each, nothing else; above it, even while they
+    keep opening connections, a client that sends its request at once is served."""
+    receiver, sup = make(max_connections=20, header_timeout_s=5.0)
+    port = receiver.bound_port
+    stop = threading.Event()
+    attackers = [slowloris(port, 15, stop, reconnect=True)]
+    try:
+        assert wait_until(lambda: receiver._guard.open >= 15, 5)
+        assert post(port, b"real 1\n", timeout=5)[0] == 200  # at once: the loop is not blocked
+        attackers.append(slowloris(port, 60, stop, reconnect=True))  # far beyond the cap
+        assert wait_until(lambda: receiver._guard.refused > 0, 10)
+        status, _tries = post_until_served(port, b"real 2\n", attempts=50)
+        assert status == 200
+    finally:
+        stop.set()
+        threading.Event().wait(0.5)  # the trickling threads see it and stop reconnecting
+        for sock in [s for socks in attackers for s in socks]:
+            sock.close()
+    assert sup.records == ["real 1", "real 2"]
+
+
+def test_client_errors_are_logged_one_line_each_and_rate_limited(make, caplog):
+    receiver, _sup = make(format="json", token="t")
+    port = receiver.bound_port
+    caplog.set_level(logging.DEBUG)
+    started = time.monotonic()
+    for _i in range(40):
+        post(port, b"{bad json\n", token="t")
+        post(port, b"x\n", token="wrong")
+        raw_exchange(port, b"NOT HTTP AT ALL\r\n\r\n")
+        raw_exchange(port, b"POST /ingest HTTP/1.1\r\nX: " + b"a" * 10_000 + b"\r\n\r\n")
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert records, "client errors were not logged at all"
+    assert all(r.exc_info is None and r.exc_text is None for r in records)
+    windows = int((time.monotonic() - started) / 10.0) + 2  # 10 s windows these calls spanned
+    assert len(records) <= 5 * windows  # 160 client errors: at most a burst of 5 per window
+    assert receiver._errors.total >= 120
+
+
+def test_client_error_log_rate_limit_and_its_count():
+    now = [0.0]
+    errors = ClientErrorLog("r", burst=2, window_s=10.0, clock=lambda: now[0])
+    assert [errors.client_error(f"e{i}") for i in range(5)] == [True, True, False, False, False]
+    now[0] = 10.0
+    assert errors.suppressed == 3
+    assert errors.client_error("later") is True and errors.suppressed == 0
+
+
+HEADER_NAMES = [
+    b"Authorization",
+    b"Content-Type",
+    b"Content-Encoding",
+    b"Transfer-Encoding",
+    b"Expect",
+    b"Content-Length",
+    b"X-Anything",
+]
+HEADER_VALUES = [
+    b"Bearer tok",
+    b"Bearer \xff",
+    b"gzip",
+    b"deflate",
+    b"chunked",
+    b"100-continue",
+    b"7",
+]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    headers=st.lists(
+        st.tuples(
+            st.one_of(
+                st.sampled_from(HEADER_NAMES),
+                st.binary(max_size=20).filter(lambda b: b"\r" not in b and b"\n" not in b),
+            ),
+            st.one_of(
+                st.sampled_from(HEADER_VALUES),
+                st.binary(max_size=200).filter(lambda b: b"\r" not in b and b"\n" not in b),
+            ),
+        ),
+        max_size=6,
+    ),
+    body=st.one_of(
+        st.binary(max_size=400),
+        st.text(max_size=200).map(str.encode),
+        st.recursive(
+            st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10)),
+            lambda children: (
+                st.lists(children, max_size=4)
+                | st.dictionaries(st.text(max_size=5), children, max_size=4)
+            ),
+            max_leaves=20,
+        ).map(lambda v: json.dumps(v).encode()),
+    ),
+)
+def test_fuzz_headers_and_bodies_never_get_a_5xx(fuzz_receiver, headers, body):
+    receiver, _ = fuzz_receiver
+    extra = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    data = (
+        b"POST /ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        + extra
+        + b"Authorization: Bearer tok\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    status, answer = raw_exchange(receiver.bound_port, data)
+    assert status is not None and status < 500, answer[:300]
+
+
+@pytest.fixture(scope="module")
+def fuzz_receiver():
+    receiver = HttpReceiver(host="127.0.0.1", port=free_port(), token="tok", format="json")
+    sup = running(receiver)
+    yield receiver, sup
+    sup.shutdown()
+
+
+def test_include_timestamp_is_when_the_request_arrived(make):
+    receiver, sup = make(include_timestamp=True)
+    before = datetime.now(UTC)
+    assert post(receiver.bound_port, b"a\nb\n")[0] == 200
+    rows = sup.records
+    assert [r["value"] for r in rows] == ["a", "b"]
+    assert rows[0]["timestamp"] == rows[1]["timestamp"]
+    assert before <= rows[0]["timestamp"] <= datetime.now(UTC)
+
+
+def test_expect_is_answered_only_for_an_admitted_request(make):
+    receiver, sup = make(token="tok")
+    port = receiver.bound_port
+    good = {b"Authorization": b"Bearer tok"}
+    status, answer = raw_exchange(port, request_bytes(b"a\n", {**good, b"Expect": b"\x80"}))
+    assert status == 417  # aiohttp's own handler answers 500 to bytes that are not UTF-8
+    status, answer = raw_exchange(
+        port, request_bytes(b"b\n", {b"Authorization": b"Bearer no", b"Expect": b"100-continue"})
+    )
+    assert status == 401 and b"100 Continue" not in answer  # refused before the body is sent
+    status, answer = raw_exchange(port, request_bytes(b"c\n", {**good, b"Expect": b"100-continue"}))
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK")
+    assert sup.records == ["c"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
+from datetime import UTC, datetime
 
 import paho.mqtt.client as mqtt
 import pyarrow as pa
@@ -11,6 +14,7 @@ from harness import HarnessSupervisor, wait_until
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import MqttReceiver
+from spark_receivers.receivers.mqtt_session import Drop, TakeoverDetector
 
 
 @pytest.fixture
@@ -102,3 +106,206 @@ def test_bad_options_are_refused():
         MqttReceiver("h", 1883, "t", qos=3)
     with pytest.raises(ConfigError, match="fields among"):
         MqttReceiver("h", 1883, "t", schema=pa.schema([("nope", pa.string())]))
+
+
+# --- the session: whose it is, and what happens when two clients want it ----------------
+
+
+def test_two_jobs_at_once_and_one_restarted_each_get_exactly_their_own(
+    mosquitto_port, publisher, tmp_path
+):
+    """Two ``ingest`` jobs, both stream 0, each with its checkpoint: two sessions, not one."""
+    tag = uuid.uuid4().hex[:8]
+    topic_a, topic_b = f"jobs/{tag}/a", f"jobs/{tag}/b"
+    ck_a, ck_b = str(tmp_path / "ck-a"), str(tmp_path / "ck-b")
+
+    def job(topic, checkpoint):
+        receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+        sup = HarnessSupervisor(receiver, checkpoint_dir=checkpoint).start()
+        assert receiver.wait_subscribed(10)
+        return receiver, sup
+
+    a, sup_a = job(topic_a, ck_a)
+    b, sup_b = job(topic_b, ck_b)
+    try:
+        assert a.client_name != b.client_name
+        assert a.client_name.startswith("spark-receivers-") and a.client_name.endswith("-0")
+        publish(publisher, topic_a, [f"a{i}" for i in range(300)])
+        publish(publisher, topic_b, [f"b{i}" for i in range(300)])
+        assert sup_a.wait_for(300) == [f"a{i}" for i in range(300)]
+        assert sup_b.wait_for(300) == [f"b{i}" for i in range(300)]
+        # job A goes down; what is published meanwhile waits in A's session only
+        sup_a.shutdown()
+        publish(publisher, topic_a, [f"while down {i}" for i in range(200)])
+        publish(publisher, topic_b, [f"b more {i}" for i in range(50)])
+        again, sup_again = job(topic_a, ck_a)  # restarted from the same checkpoint
+        assert again.client_name == a.client_name
+        assert sup_again.wait_for(200) == [f"while down {i}" for i in range(200)]
+        assert sup_b.wait_for(350)[300:] == [f"b more {i}" for i in range(50)]
+        assert wait_until(lambda: again.messages_acked == 200, 5)
+        publisher.publish(topic_a, "last", qos=1).wait_for_publish(10)
+        assert sup_again.wait_for(201)[-1] == "last"
+        assert len(sup_again.records) == 201 and len(sup_b.records) == 350  # nothing extra
+        assert sup_a.errors == sup_b.errors == sup_again.errors == []
+        sup_again.shutdown()
+    finally:
+        sup_a.shutdown()
+        sup_b.shutdown()
+
+
+def test_a_second_client_with_the_same_id_is_detected_and_reported(mosquitto_port, publisher):
+    topic, client_id = names()
+    first = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id)
+    second = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id)
+    sup1 = start(first)
+    sup2 = HarnessSupervisor(second, stream_id=1).start()
+    try:
+        # mosquitto 2.0.11 just closes the first connection (no MQTT 5 reason code 142):
+        # reported once the broker accepted and soon closed 3 connections in a row
+        error = sup1.wait_for_errors(1, timeout_s=30)[0]
+        assert f"with client id {client_id!r} and took this receiver's session over" in error
+        assert first.takeovers >= 1
+        # not a silent kick-off loop: every lost connection is a restart the driver sees,
+        # with a growing backoff (a connection that is soon closed does not reset it)
+        assert wait_until(
+            lambda: any("took this receiver's session over" in r for r in sup1.restarts), 5
+        )
+        assert first.consecutive_failures >= 3
+    finally:
+        sup2.shutdown()
+        sup1.shutdown()
+
+
+def test_the_default_client_id_is_per_job_and_stream(tmp_path):
+    receiver = MqttReceiver("h", 1883, "t")
+    HarnessSupervisor(receiver, stream_id=3, app_id="app-20240101-0007")
+    assert receiver.client_name == "spark-receivers-app-20240101-0007-3"
+    assert receiver.session_expiry == 3600  # no later job can resume an application's session
+    with_ck = MqttReceiver("h", 1883, "t")
+    HarnessSupervisor(with_ck, stream_id=3, app_id="app-x", checkpoint_dir=str(tmp_path / "ck"))
+    same_ck = MqttReceiver("h", 1883, "t")
+    HarnessSupervisor(same_ck, stream_id=3, app_id="app-y", checkpoint_dir=str(tmp_path / "ck/"))
+    other_ck = MqttReceiver("h", 1883, "t")
+    HarnessSupervisor(other_ck, stream_id=3, checkpoint_dir=str(tmp_path / "other"))
+    assert with_ck.client_name == same_ck.client_name != other_ck.client_name
+    assert with_ck.session_expiry == 0xFFFFFFFF
+    explicit = MqttReceiver("h", 1883, "t", client_id="mine", clean_session=True)
+    HarnessSupervisor(explicit, app_id="app-x")
+    assert explicit.client_name == "mine" and explicit.session_expiry == 0
+
+
+def test_a_clean_session_does_not_keep_what_was_published_while_away(mosquitto_port, publisher):
+    topic, client_id = names()
+    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id)
+    start(receiver).shutdown()  # a persistent session now holds the subscription
+    clean = MqttReceiver(
+        "127.0.0.1", mosquitto_port, topic, client_id=client_id, clean_session=True
+    )
+    start(clean).shutdown()  # ... which a clean session drops
+    publish(publisher, topic, ["lost while away"])
+    sup = start(MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id))
+    try:
+        publish(publisher, topic, ["after"])
+        assert sup.wait_for(1) == ["after"]
+    finally:
+        sup.shutdown()
+
+
+def test_mqtt_311_keeps_a_persistent_session_too(mosquitto_port, publisher):
+    topic, client_id = names()
+    kwargs = {"client_id": client_id, "protocol": "3.1.1"}
+    start(MqttReceiver("127.0.0.1", mosquitto_port, topic, **kwargs)).shutdown()
+    publish(publisher, topic, ["while away"])
+    sup = start(MqttReceiver("127.0.0.1", mosquitto_port, topic, **kwargs))
+    try:
+        assert sup.wait_for(1) == ["while away"]
+    finally:
+        sup.shutdown()
+
+
+# --- poison payloads: the bad-record policy ------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_a_binary_payload_is_skipped_or_dead_lettered_and_acked(
+    mosquitto_port, publisher, tmp_path, policy
+):
+    topic, client_id = names()
+    receiver = MqttReceiver(
+        "127.0.0.1",
+        mosquitto_port,
+        topic,
+        client_id=client_id,
+        bad_record_policy=policy,
+        dead_letter_dir=str(tmp_path) if policy == "dead_letter" else None,
+    )
+    sup = start(receiver)
+    try:
+        publish(
+            publisher, topic, [b"before", b"x\xff", *[f"later {i}".encode() for i in range(100)]]
+        )
+        assert sup.wait_for(101) == ["before"] + [f"later {i}" for i in range(100)]
+        assert wait_until(lambda: receiver.messages_acked == 102, 5)  # the bad one too
+        assert "is not UTF-8" in sup.wait_for_errors(1)[0]
+        assert sup.restarts == [] and receiver.bad_records == 1
+    finally:
+        sup.shutdown()
+    if policy == "dead_letter":
+        (path,) = tmp_path.glob("stream-0-*.jsonl")
+        (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert letter["key"] == f"topic {topic}"
+        assert base64.b64decode(letter["base64"]) == b"x\xff"
+
+
+def test_a_binary_payload_under_fail_stops_and_is_not_acked(mosquitto_port, publisher):
+    topic, client_id = names()
+    receiver = MqttReceiver(
+        "127.0.0.1", mosquitto_port, topic, client_id=client_id, bad_record_policy="fail"
+    )
+    sup = start(receiver)
+    publish(publisher, topic, [b"before", b"x\xff", b"after"])
+    assert wait_until(lambda: sup.stopped_with is not None, 10)
+    assert "not UTF-8" in sup.stopped_with
+    assert sup.records == ["before"] and receiver.messages_acked == 1
+    # the broker still holds the bad message (and the one after it) for this session
+    again = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id)
+    sup2 = start(again)
+    try:
+        assert sup2.wait_for(1) == ["after"]
+        assert again.bad_records == 1
+    finally:
+        sup2.shutdown()
+
+
+def test_include_timestamp_is_the_arrival_time(mosquitto_port, publisher):
+    topic, client_id = names()
+    receiver = MqttReceiver(
+        "127.0.0.1", mosquitto_port, topic, client_id=client_id, include_timestamp=True
+    )
+    assert receiver.schema.names == ["value", "timestamp"]
+    sup = start(receiver)
+    try:
+        before = datetime.now(UTC)
+        publish(publisher, topic, ["m"])
+        (row,) = sup.wait_for(1)
+        assert row["value"] == "m" and before <= row["timestamp"] <= datetime.now(UTC)
+    finally:
+        sup.shutdown()
+
+
+def test_takeover_detector_tells_a_takeover_from_a_blip():
+    d = TakeoverDetector()
+    d.connected(0.0)
+    assert d.dropped(1.0, 142) == Drop(takeover=True, certain=True, lasted=False)
+    verdicts = []
+    for t in (10.0, 20.0, 30.0, 40.0):  # accepted, then closed 1 s later, again and again
+        d.connected(t)
+        verdicts.append(d.dropped(t + 1.0, 128).takeover)
+    assert verdicts == [False, True, False, False]  # the 3rd in a row (with the 142 one)
+    d.connect_failed()  # the broker is down: not a takeover
+    for t in (50.0, 60.0):
+        d.connected(t)
+        assert not d.dropped(t + 1.0, 141).takeover  # keep-alive timeouts do not count
+    d.connected(70.0)
+    assert d.dropped(90.0, 128) == Drop(takeover=False, certain=False, lasted=True)
+    assert d.short_drops == 0

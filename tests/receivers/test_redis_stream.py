@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
+from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 import redis
 from harness import HarnessSupervisor, wait_until
@@ -132,3 +135,112 @@ def test_bad_options_are_refused():
         RedisStreamReceiver("s", "g", batch=0)
     with pytest.raises(ConfigError, match="stream and group"):
         RedisStreamReceiver("", "g")
+
+
+# --- poison entries: the bad-record policy, never a stalled group ------------------------
+
+
+@pytest.fixture
+def binary_client(redis_url):
+    c = redis.Redis.from_url(redis_url)  # bytes in, bytes out
+    yield c
+    c.close()
+
+
+def poisoned(client, binary_client, stream) -> str:
+    """ "before", then what ``printf 'x\\xff' | redis-cli -x XADD s '*' value`` adds."""
+    add(client, stream, ["before"])
+    return binary_client.xadd(stream, {"value": b"x\xff"}).decode()
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_a_binary_entry_is_skipped_or_dead_lettered_and_later_entries_arrive(
+    redis_url, client, binary_client, names, tmp_path, policy
+):
+    stream, group = names
+    bad_id = poisoned(client, binary_client, stream)
+    add(client, stream, [f"later {i}" for i in range(100)])
+    receiver = RedisStreamReceiver(
+        stream,
+        group,
+        url=redis_url,
+        block_ms=100,
+        bad_record_policy=policy,
+        dead_letter_dir=str(tmp_path) if policy == "dead_letter" else None,
+    )
+    sup = run(receiver)
+    try:
+        assert sup.wait_for(101) == ["before"] + [f"later {i}" for i in range(100)]
+        assert wait_until(lambda: pending(client, stream, group) == 0, 5)
+        (error,) = sup.wait_for_errors(1)
+        assert f"entry {bad_id}" in error and "not UTF-8" in error
+        assert sup.restarts == [] and sup.stopped_with is None
+        assert receiver.bad_records == 1
+    finally:
+        sup.shutdown()
+    assert pending(client, stream, group) == 0
+    if policy == "dead_letter":
+        (path,) = tmp_path.glob("stream-0-*.jsonl")
+        (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert letter["key"] == bad_id
+        assert base64.b64decode(letter["base64"]) == b"x\xff"
+        assert "not UTF-8" in letter["reason"]
+
+
+def test_a_binary_entry_under_fail_stops_the_receiver_and_stays_pending(
+    redis_url, client, binary_client, names
+):
+    stream, group = names
+    bad_id = poisoned(client, binary_client, stream)
+    (after_id,) = add(client, stream, ["after"])
+    receiver = RedisStreamReceiver(
+        stream, group, url=redis_url, block_ms=100, bad_record_policy="fail"
+    )
+    sup = run(receiver)
+    try:
+        assert wait_until(lambda: sup.stopped_with is not None, 10)
+        assert sup.stopped_with.startswith(f"bad record: entry {bad_id}")
+        assert sup.records == ["before"]  # the entry before it was stored (and acked)
+        assert sup.restarts == []  # stopped with the error: the driver decides what next
+        detail = client.xpending_range(stream, group, min="-", max="+", count=10)
+        assert [p["message_id"] for p in detail] == [bad_id, after_id]
+    finally:
+        sup.shutdown()
+
+
+def test_entries_that_do_not_fit_a_declared_schema_are_bad_records(redis_url, client, names):
+    stream, group = names
+    schema = pa.schema([("user", pa.string()), ("n", pa.int64())])
+    client.xadd(stream, {"user": "ann", "n": "3"})
+    client.xadd(stream, {"user": "bob", "n": "many"})
+    client.xadd(stream, {"user": "cy", "extra": "x"})
+    client.xadd(stream, {"user": "dee", "n": "4"})
+    receiver = RedisStreamReceiver(
+        stream, group, url=redis_url, field=None, schema=schema, block_ms=100
+    )
+    sup = run(receiver)
+    try:
+        assert sup.wait_for(2) == [{"user": "ann", "n": 3}, {"user": "dee", "n": 4}]
+        errors = sup.wait_for_errors(2)
+        assert "'n' (int64) cannot hold value 'many'" in errors[0]
+        assert "extra" in errors[1]
+        assert wait_until(lambda: pending(client, stream, group) == 0, 5)
+    finally:
+        sup.shutdown()
+
+
+def test_include_timestamp_is_the_time_of_the_entry_id(redis_url, client, names):
+    stream, group = names
+    (entry_id,) = add(client, stream, ["v"])
+    receiver = RedisStreamReceiver(
+        stream, group, url=redis_url, block_ms=100, include_timestamp=True
+    )
+    assert receiver.schema.names == ["value", "timestamp"]
+    sup = run(receiver)
+    try:
+        (row,) = sup.wait_for(1)
+        millis = int(entry_id.split("-")[0])
+        assert row["value"] == "v"
+        assert row["timestamp"] == datetime.fromtimestamp(millis / 1000, UTC)
+    finally:
+        sup.shutdown()
