@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Errors of the package that never reach a user, and why.
 INTERNAL = {
-    "spark_receivers.receivers.http.BadRequestError": (
+    "spark_receivers.receivers.http_body.BadRequestError": (
         "raised and caught inside HttpReceiver: the client gets a 400 naming the bad line"
     ),
 }
