@@ -157,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command_module == "demo":
-            from spark_receivers.cli import demo
+            from spark_receivers.cli.demo import run as run_demo
 
-            return demo.run(args)
-        from spark_receivers.cli import ingest
+            return run_demo(args)
+        from spark_receivers.cli.ingest import run as run_ingest
 
-        return ingest.run(args)
+        return run_ingest(args)
     except ConfigError as e:
         _error(e)
         return EXIT_USAGE

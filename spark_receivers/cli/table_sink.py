@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from spark_receivers.cli.sinks import Sink
-
 log = logging.getLogger(__name__)
 
 __all__ = ["BATCH_COLUMN", "open_table", "table_schema"]
@@ -52,7 +50,7 @@ def open_table(
     path: str | None,
     schema: pa.Schema,
     say: Callable[[str], None] = log.info,
-) -> Sink:
+) -> Callable[[DataFrame, int], None]:
     """Register ``name`` over its location (see the module doc); return the batch writer.
 
     ``say`` is told how many batch partitions earlier runs left. Refuses
