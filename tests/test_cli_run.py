@@ -319,7 +319,10 @@ def test_the_printer_counts_only_successful_batches():
     failed = BatchInfo(2_000, {0: 5}, 2_000, 2_001, 2_050, {0: failed_op})
     for info in (ok, failed):
         printer.on_batch_submitted(info)
+        printer.on_batch_started(info)
         printer.on_batch_completed(info)
+    printer.on_batch_started(BatchInfo(3_000, {0: 1}, 3_000, 3_001))
+    assert printer.running() == {3_000}  # started, its end not seen
     printer.on_receiver_error(
         ReceiverInfo(0, "HttpReceiver-0", True, None, None, "port busy\ntrace")
     )

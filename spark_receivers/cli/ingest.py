@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,10 +38,13 @@ from spark_receivers.util.durations import parse_duration, parse_duration_ms
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from spark_receivers.driver.status import StreamingStatus
+
 __all__ = ["IngestPlan", "parse_interval_ms", "parse_seconds", "plan_ingest", "preflight", "run"]
 
 REACH_TIMEOUT_S = 2.0
 _SECRET_CONF = re.compile(r"secret|password|token|credential", re.IGNORECASE)
+SETTLE_BOUND_S = 60.0
 STOP_BOUND_S = 600.0
 """Longest wait for the context to finish stopping once asked (it has its own timeouts)."""
 
@@ -202,6 +206,25 @@ def run(
         spark.stop()
 
 
+def _settle(
+    spark: SparkSession, status: Callable[[], StreamingStatus], progress: ProgressPrinter
+) -> None:
+    """After a failure, end the batches still running before counting and reporting.
+
+    A context that fails stops at once, but a batch that was already running goes on
+    in the background: its jobs are cancelled (the run is over; its output would be
+    partial) and it is waited for (bounded), so that the counts are final and the
+    reason is the last thing printed.
+    """
+    running = progress.running()
+    if not running:
+        return
+    spark.sparkContext.cancelAllJobs()
+    deadline = time.monotonic() + SETTLE_BOUND_S
+    while set(status().pending_batches_ms) & running and time.monotonic() < deadline:
+        time.sleep(0.2)  # no event tells when a batch thread of a stopped context ends
+
+
 def _print_plan(plan: IngestPlan) -> None:
     """What ``--check`` prints: the run as it would start (secrets masked; to stdout)."""
     conf = {k: v for k, v in plan.spark.conf if not _SECRET_CONF.search(k)}
@@ -282,6 +305,8 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if failures:
+        _settle(spark, ssc.status, progress)
     failure = one_line(failures[0]) if failures else None
     outcome = judge(ssc.status(), progress.counts(), failure, wal=plan.wal)
     for line in outcome.lines:

@@ -97,6 +97,7 @@ class ProgressPrinter(StreamingListener):
         self.failed_records = 0
         self.submitted: dict[int, int] = {}
         """Records of every batch submitted, by batch time."""
+        self._running: set[int] = set()
 
     def _say(self, text: str) -> None:
         print(text, file=self._out, flush=True)
@@ -106,10 +107,21 @@ class ProgressPrinter(StreamingListener):
         with self._lock:
             self.submitted[info.batch_time_ms] = info.num_records
 
+    def on_batch_started(self, info: BatchInfo) -> None:
+        """Remember the batch as running."""
+        with self._lock:
+            self._running.add(info.batch_time_ms)
+
+    def running(self) -> set[int]:
+        """Batches that started and whose end this listener has not seen."""
+        with self._lock:
+            return set(self._running)
+
     def on_batch_completed(self, info: BatchInfo) -> None:
         """One line: batch, input, rate, processing time, delay, receivers; or why it failed."""
         failures = [o.failure_reason for o in info.output_operations.values() if o.failure_reason]
         with self._lock:
+            self._running.discard(info.batch_time_ms)
             if failures:
                 self.failed_batches += 1
                 self.failed_records += info.num_records
