@@ -35,7 +35,7 @@ def run(
     args: argparse.Namespace, start: Callable[[SparkSettings], SparkSession] = start_spark
 ) -> int:
     """The ``demo`` command; returns its exit status."""
-    seconds = parse_seconds(args.seconds) or 20.0
+    seconds = parse_seconds(args.seconds, unset="the default is 20s") or 20.0
     interval_ms = parse_interval_ms(args.batch_interval, args.batch_interval_ms)
     if not math.isfinite(args.rate) or args.rate <= 0:
         msg = f"--rate must be a finite number of lines/s > 0, got {args.rate!r}"

@@ -90,20 +90,19 @@ def parse_interval_ms(
     return interval_ms
 
 
-def parse_seconds(text: str | None, what: str = "--seconds") -> float | None:
+def parse_seconds(
+    text: str | None, what: str = "--seconds", unset: str = "leave it out to run until Ctrl-C"
+) -> float | None:
     """How long to run (a duration; bare numbers are seconds), > 0 and finite; None: no limit."""
     if text is None:
         return None
     stripped = text.strip().lower()
     if stripped.startswith("-") or stripped.lstrip("+") in ("inf", "infinity", "nan"):
-        msg = (
-            f"{what} must be a finite duration > 0 such as 30s or 5min "
-            f"(leave it out to run until Ctrl-C), got {text!r}"
-        )
+        msg = f"{what} must be a finite duration > 0 such as 30s or 5min ({unset}), got {text!r}"
         raise ConfigError(msg)
     seconds = parse_duration(text, what, "s")
     if seconds <= 0:
-        msg = f"{what} must be > 0 (leave it out to run until Ctrl-C), got {text!r}"
+        msg = f"{what} must be > 0 ({unset}), got {text!r}"
         raise ConfigError(msg)
     return seconds
 
