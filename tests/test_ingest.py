@@ -1,101 +1,190 @@
-"""The ingest command: source URIs, sinks, durations, and a real run."""
+"""``spark-receivers ingest`` run for real: a subprocess on local Spark, bounded, no UI.
+
+The command's parsing and checks are tested without Spark in ``test_cli_*.py``.
+"""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from spark_receivers.errors import ConfigError
-from spark_receivers.ingest import parse_duration_ms, receiver_for
-from spark_receivers.receivers import (
-    FileTailReceiver,
-    GeneratorReceiver,
-    HttpReceiver,
-    MqttReceiver,
-    RedisStreamReceiver,
-    SocketTextReceiver,
-)
+pytestmark = pytest.mark.spark
+
+TOKEN = "s3cret-token"
+DONE = re.compile(r"done: (\d+) batches, ([\d,]+) records processed, ([\d,]+) received")
 
 
-def test_durations():
-    assert parse_duration_ms("1s") == 1000
-    assert parse_duration_ms("500ms") == 500
-    assert parse_duration_ms("2m") == 120_000
-    assert parse_duration_ms("250") == 250
-    with pytest.raises(ConfigError, match="--batch-interval must look like"):
-        parse_duration_ms("soon")
+def ingest_env() -> dict[str, str]:
+    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
-@pytest.mark.parametrize(
-    ("uri", "kind"),
-    [
-        ("socket://127.0.0.1:9999", SocketTextReceiver),
-        ("http://127.0.0.1:8080/ingest?token=t", HttpReceiver),
-        ("file:///var/log/app", FileTailReceiver),
-        ("redis://127.0.0.1:6379/events?group=g", RedisStreamReceiver),
-        ("mqtt://127.0.0.1:1883/sensors", MqttReceiver),
-        ("generator://?rate=10", GeneratorReceiver),
-    ],
-)
-def test_every_source_scheme(uri, kind):
-    assert isinstance(receiver_for(uri), kind)
+def ingest_cmd(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "spark_receivers", "ingest", "--no-ui", *argv]
 
 
-@pytest.mark.parametrize(
-    ("uri", "message"),
-    [
-        ("kafka://broker:9092/topic", "scheme must be one of socket, http, file, redis, mqtt"),
-        ("socket://127.0.0.1", "needs a port"),
-        ("redis://127.0.0.1:6379/events", "needs a stream and a group"),
-        ("mqtt://127.0.0.1:1883", "needs a topic"),
-    ],
-)
-def test_bad_sources_fail_clearly(uri, message):
-    with pytest.raises(ConfigError, match=message):
-        receiver_for(uri)
+def counts(log: str) -> tuple[int, int]:
+    m = DONE.search(log)
+    assert m, log[-3000:]
+    return int(m.group(2).replace(",", "")), int(m.group(3).replace(",", ""))
 
 
-@pytest.mark.spark
-def test_ingest_generator_to_parquet_end_to_end(tmp_path):
+def parquet_rows(out: Path) -> int:
+    """Rows in the committed (``_SUCCESS``) batch directories of a parquet sink."""
+    total = 0
+    for d in glob.glob(str(out / "batch_time_ms=*")):
+        if os.path.exists(os.path.join(d, "_SUCCESS")):
+            total += sum(pq.read_table(f).num_rows for f in glob.glob(os.path.join(d, "*.parquet")))
+    return total
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def run_until(cmd: list[str], log_path: Path, predicate, what: str) -> tuple[int, str]:
+    """Run ``cmd`` until ``predicate()`` holds, then Ctrl-C it; its exit status and output."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ingest_env())
+    try:
+        wait_for(lambda: "ingesting" in log_path.read_text(), 180, "the ingest to start")
+        wait_for(predicate, 180, what)
+        proc.send_signal(signal.SIGINT)  # a graceful stop
+        proc.wait(180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    return proc.returncode, log_path.read_text()
+
+
+def test_generator_to_parquet_exits_0_with_every_record_processed(tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_receivers.cli",
-            "ingest",
-            "--source",
-            "generator://?rate=500",
-            "--sink",
-            f"parquet:{out}",
-            "--seconds",
-            "20",
-            "--batch-interval",
-            "1s",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
+    cmd = ingest_cmd("--source", "generator://?rate=500", "--sink", f"parquet:{out}")
+    code, text = run_until(
+        cmd, tmp_path / "log", lambda: parquet_rows(out) >= 1000, "records in the sink"
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    m = re.search(
-        r"done: (\d+) batches, ([\d,]+) records processed, ([\d,]+) received", proc.stderr
-    )
-    assert m, proc.stderr[-2000:]
-    processed = int(m.group(2).replace(",", ""))
-    received = int(m.group(3).replace(",", ""))
-    assert processed == received > 0
-    assert re.search(r"batch \d\d:\d\d:\d\d +in", proc.stderr)  # live progress lines
+    assert code == 0, text[-4000:]
+    processed, received = counts(text)
+    assert processed == received >= 1000
+    assert re.search(r"batch \d\d:\d\d:\d\d +in", text)  # live progress lines
+    assert parquet_rows(out) == processed
+    assert "write-ahead log is off" not in text  # the generator acknowledges nothing
 
-    import pyarrow.parquet as pq
 
-    rows = sum(
-        pq.read_table(str(d)).num_rows for d in out.iterdir() if d.name.startswith("batch_time_ms=")
-    )
-    assert rows == processed
+def json_rows(out: Path) -> int:
+    files = glob.glob(str(out / "batch=*" / "*.json"))
+    return sum(len(Path(f).read_text().splitlines()) for f in files)
+
+
+def test_format_sink_with_a_batch_path(tmp_path):
+    out = tmp_path / "json"
+    cmd = ingest_cmd("--source", "generator://?rate=200", "--sink", "format:json")
+    cmd += [
+        "--sink-option",
+        f"path={out}/batch={{batch_time_ms}}",
+        "--sink-option",
+        "mode=overwrite",
+    ]
+    code, text = run_until(cmd, tmp_path / "log", lambda: json_rows(out) >= 200, "json rows")
+    assert code == 0, text[-4000:]
+    processed, _ = counts(text)
+    assert json_rows(out) == processed
+    files = glob.glob(str(out / "*/*.json"))
+    assert all(json.loads(x)["value"] for f in files for x in Path(f).read_text().splitlines())
+    assert f"-> format:json (path={out}/batch={{batch_time_ms}}, mode=overwrite)" in text
+
+
+class Poster:
+    """POSTs numbered lines to the HTTP source until told to stop; remembers the 200s."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/ingest"
+        self.acked: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            lines = [f"line {n + i}" for i in range(5)]
+            body = "".join(x + "\n" for x in lines).encode()
+            request = urllib.request.Request(
+                self.url, body, {"Authorization": f"Bearer {TOKEN}"}, method="POST"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=15) as answer:
+                    if answer.status == 200:
+                        self.acked.extend(lines)
+            except (urllib.error.URLError, OSError):
+                pass  # the receiver is not up yet, or is gone: not acknowledged
+            n += 5
+            time.sleep(0.02)
+
+
+@pytest.mark.timeout(420)
+def test_a_failing_sink_ends_the_run_at_once_with_honest_counts(tmp_path):
+    """Issue 24's "200 OK then lost": the sink's directory is replaced by a file mid-run."""
+    out, port = tmp_path / "out", free_port()
+    log_path = tmp_path / "ingest.log"
+    cmd = ingest_cmd("--source", f"http://127.0.0.1:{port}/ingest?token={TOKEN}")
+    cmd += ["--sink", f"parquet:{out}", "--batch-interval", "500ms"]  # no --seconds
+    poster = Poster(port)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=ingest_env())
+    try:
+        wait_for(lambda: "ingesting" in log_path.read_text(), 180, "the ingest to start")
+        poster.thread.start()
+        wait_for(lambda: parquet_rows(out) >= 50, 120, "the first batches in the sink")
+        moved = tmp_path / "moved"
+        os.rename(out, moved)
+        out.write_text("the sink's directory is now a file")
+        proc.wait(180)  # it must end by itself: nothing tells it to stop
+    finally:
+        poster.stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    text = log_path.read_text()
+    assert proc.returncode == 1, text[-4000:]
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("error: the stream failed: "), last
+    assert "Parent path is not a directory" in last or "not a directory" in last.lower(), last
+    processed, received = counts(text)
+    failed = re.search(r"\d+ batch\(es\) failed \(([\d,]+) records\)", text)
+    assert failed, text[-3000:]
+    # The batch whose write failed may have committed its files before the step that
+    # failed (the rename can land mid-commit): its rows may be there, never counted.
+    assert processed <= parquet_rows(moved) <= processed + int(failed.group(1).replace(",", ""))
+    assert processed > 0
+    assert received >= len(poster.acked) > processed  # 200s were given after the sink broke
+    lost = re.search(r"([\d,]+) received records were not processed and are lost", text)
+    assert lost and int(lost.group(1).replace(",", "")) == received - processed
+    assert re.search(r"FAILED, nothing of it counts as processed", text)
+    assert "warning: the write-ahead log is off: an HTTP 200 to the client only means" in text
+    assert TOKEN not in text
+    assert f"ingesting http://127.0.0.1:{port}/ingest?token=*** -> parquet:{out}" in text

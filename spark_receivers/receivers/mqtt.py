@@ -16,16 +16,13 @@ job restarted from its checkpoint resumes its own session (and gets what was
 published while it was down), else the Spark application id. Two jobs never
 share a session unless they are given the same ``client_id``.
 
-A second client connecting with the same id takes the session over, and the
-broker closes the first one's connection; the first reconnects and takes it
-back, and so on. The receiver detects it and reports it to the driver
-(``ReportError``: a listener's ``on_receiver_error``): at once when the broker
-says so (an MQTT 5 DISCONNECT with reason code 142, "session taken over"), else
-(brokers that just close the connection, such as mosquitto 2.0.11, and MQTT
-3.1.1) once a few connections in a row were accepted and then soon closed by
-the broker (:mod:`spark_receivers.receivers.mqtt_session`). Every lost connection
-restarts the receiver with a growing backoff (only a connection that lasted,
-or a stored batch, resets it), so the fight slows down, and the driver's
+A second client with the same id takes the session over (the broker closes the first
+one's connection, which reconnects and takes it back, and so on). The receiver reports
+it to the driver (``ReportError``): at once on an MQTT 5 DISCONNECT with reason code 142
+("session taken over"), else once a few connections in a row were accepted and soon
+closed (mosquitto 2.0.11 and MQTT 3.1.1; :mod:`spark_receivers.receivers.mqtt_session`).
+Each lost connection restarts the receiver with a growing backoff (reset only by a
+connection that lasted or a stored batch), so the fight slows down, and the driver's
 restart policy ends it with the error.
 
 How many unacknowledged messages the broker sends at once is the broker's
@@ -266,8 +263,7 @@ class MqttReceiver(ThreadedReceiver):
             manual_ack=True,
             reconnect_on_failure=False,  # a lost connection ends the run: restarted with backoff
         )
-        if self.username is not None:
-            client.username_pw_set(self.username, self.password)
+        self._configure(client)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
@@ -299,6 +295,11 @@ class MqttReceiver(ThreadedReceiver):
             msg = f"cannot connect to the MQTT broker {self.host}:{self.port}: {e}"
             raise ReceiverError(msg) from e
         return client
+
+    def _configure(self, client: mqtt.Client) -> None:
+        """Set the client up before it connects (credentials; a subclass adds TLS)."""
+        if self.username is not None:
+            client.username_pw_set(self.username, self.password)
 
     # --- paho callbacks (network thread: must not block) ---------------------------
 

@@ -1,14 +1,22 @@
-"""`spark-receivers ingest --checkpoint DIR --wal`: kill -9 it, start it again, lose nothing."""
+"""`spark-receivers ingest --checkpoint DIR --wal`: kill -9 it, start it again, lose nothing.
+
+And with the ``table:`` sink: the restarted process, which has a new (empty) in-memory
+catalog, finds the table's earlier batches and never writes a batch twice.
+"""
 
 from __future__ import annotations
 
 import glob
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -32,7 +40,7 @@ def output_lines(out: Path) -> set[str]:
 def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
     data, out, ckpt = tmp_path / "data", tmp_path / "out", tmp_path / "ckpt"
     data.mkdir()
-    cmd = [sys.executable, "-m", "spark_receivers.cli", "ingest"]
+    cmd = [sys.executable, "-m", "spark_receivers.cli", "ingest", "--no-ui"]
     cmd += ["--source", f"file://{data}?pattern=*.log", "--sink", f"parquet:{out}"]
     cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "1s"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
@@ -84,3 +92,92 @@ def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
                 kill_session(p)
         for f in logs:
             f.close()
+
+
+def table_values(location: Path) -> Counter[str]:
+    """Every value in the batch partitions of the table's files, with its count."""
+    values: Counter[str] = Counter()
+    for f in glob.glob(str(location / "batch_time_ms=*" / "*.parquet")):
+        values.update(pq.read_table(f).column("value").to_pylist())
+    return values
+
+
+class Poster:
+    """POSTs numbered lines once each (never retried); remembers those answered 200."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/ingest"
+        self.acked: set[str] = set()
+        self.sent = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            lines = [f"req {self.sent} line {i}" for i in range(10)]
+            self.sent += 1
+            body = "".join(x + "\n" for x in lines).encode()
+            try:
+                with urllib.request.urlopen(self.url, body, timeout=15) as answer:
+                    if answer.status == 200:
+                        self.acked.update(lines)
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.2)  # down (the kill, the restart): these lines are not acked
+            time.sleep(0.02)
+
+
+@pytest.mark.timeout(600)
+def test_table_sink_across_kill_9_and_restart_writes_every_acked_record_once(tmp_path):
+    warehouse, ckpt = tmp_path / "warehouse", tmp_path / "ckpt"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "spark_receivers", "ingest", "--no-ui"]
+    cmd += ["--source", f"http://127.0.0.1:{port}/ingest", "--sink", "table:events"]
+    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "500ms"]
+    cmd += ["--conf", f"spark.sql.warehouse.dir={warehouse}"]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    location = warehouse / "events"
+    logs = [tmp_path / f"ingest{i}.log" for i in (1, 2)]
+    procs: list[subprocess.Popen] = []
+    poster = Poster(port)
+
+    def start(i: int) -> subprocess.Popen:
+        with open(logs[i], "w") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)  # fmt: skip
+        procs.append(p)
+        return p
+
+    try:
+        first = start(0)
+        wait_until(lambda: "ingesting" in logs[0].read_text(), 180, "the first ingest")
+        assert "table events: 0 batch partition(s) from earlier runs" in logs[0].read_text()
+        poster.thread.start()
+        wait_until(lambda: sum(table_values(location).values()) >= 300, 180, "rows in the table")
+        kill_session(first)
+        assert first.returncode == -signal.SIGKILL
+        acked_before_kill = set(poster.acked)
+        second = start(1)
+        wait_until(lambda: "ingesting" in logs[1].read_text(), 180, "the restarted ingest")
+        text = logs[1].read_text()
+        assert "recovering from the checkpoint" in text
+        assert "table events: 0 batch" not in text  # it found the first run's partitions
+        assert acked_before_kill
+        wait_until(lambda: len(poster.acked) >= len(acked_before_kill) + 300, 180, "new acks")
+        poster.stop.set()
+        poster.thread.join(30)
+        acked = set(poster.acked)
+        wait_until(lambda: acked <= set(table_values(location)), 180, "every acked line")
+        second.send_signal(signal.SIGINT)  # Ctrl-C: graceful stop
+        second.wait(180)
+        assert second.returncode == 0, logs[1].read_text()[-3000:]
+    finally:
+        poster.stop.set()
+        for p in procs:
+            if p.poll() is None:
+                kill_session(p)
+    values = table_values(location)
+    twice = {v: n for v, n in values.items() if n > 1}
+    assert twice == {}, f"{len(twice)} values written more than once, e.g. {list(twice)[:5]}"
+    assert acked <= set(values)

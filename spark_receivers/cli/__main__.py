@@ -1,0 +1,7 @@
+"""``python -m spark_receivers.cli``: the ``spark-receivers`` command."""
+
+import sys
+
+from spark_receivers.cli import main
+
+sys.exit(main())

@@ -1,0 +1,313 @@
+"""``spark-receivers ingest``: a source URI into a sink, until asked to stop or until it fails.
+
+Order: every argument is parsed and checked (:func:`plan_ingest`), then what can
+be checked on this machine is (:func:`preflight`: a local HTTP port is free, a
+tailed directory exists), and only then does Spark start. The run ends when
+``--seconds`` pass, on Ctrl-C/SIGTERM (a graceful stop: every received record is
+processed first; a second Ctrl-C stops at once), or as soon as the streaming
+context fails (a batch failed, a background part died): the command then stops
+and exits 1 with the reason on its last line. See :mod:`spark_receivers.cli.outcome`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_receivers.cli.outcome import EXIT_INTERRUPTED, EXIT_OK, judge
+from spark_receivers.cli.progress import ProgressPrinter, one_line
+from spark_receivers.cli.sinks import SinkSpec, parse_sink
+from spark_receivers.cli.sources import Source, parse_source
+from spark_receivers.cli.spark_session import SparkSettings, is_local, spark_settings, start_spark
+from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.receiver_launcher import check_local_cores
+from spark_receivers.errors import ConfigError
+from spark_receivers.rpc.hosts import local_host
+from spark_receivers.util.durations import parse_duration, parse_duration_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_receivers.driver.status import StreamingStatus
+
+__all__ = ["IngestPlan", "parse_interval_ms", "parse_seconds", "plan_ingest", "preflight", "run"]
+
+REACH_TIMEOUT_S = 2.0
+_SECRET_CONF = re.compile(r"secret|password|token|credential", re.IGNORECASE)
+SETTLE_BOUND_S = 60.0
+STOP_BOUND_S = 600.0
+"""Longest wait for the context to finish stopping once asked (it has its own timeouts)."""
+
+
+@dataclass(frozen=True)
+class IngestPlan:
+    """Everything ``ingest`` will do, checked, before Spark starts."""
+
+    source: Source
+    sink: SinkSpec
+    spark: SparkSettings
+    interval_ms: int
+    seconds: float | None
+    checkpoint: str | None
+    wal: bool
+    wal_flag: bool
+    """``--wal`` itself (else the WAL, if on, comes from ``--conf``)."""
+
+
+def say(text: str) -> None:
+    """One line to stderr (stdout is the console sink's)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def parse_interval_ms(
+    text: str | None, legacy_ms: int | None, what: str = "--batch-interval"
+) -> int:
+    """The batch interval in ms (> 0): ``--batch-interval`` or ``--batch-interval-ms``.
+
+    ``--batch-interval`` is a duration (a bare number is ms); ``--batch-interval-ms``
+    is its deprecated alias.
+    """
+    if legacy_ms is not None:
+        if text is not None:
+            msg = f"give {what} or --batch-interval-ms, not both"
+            raise ConfigError(msg)
+        say(f"warning: --batch-interval-ms is deprecated: use {what} {legacy_ms}ms")
+        text = str(legacy_ms)
+    interval_ms = parse_duration_ms(text or "1s", what, "ms")
+    if interval_ms <= 0:
+        msg = f"{what} must be at least 1ms, got {text!r}"
+        raise ConfigError(msg)
+    return interval_ms
+
+
+def parse_seconds(
+    text: str | None, what: str = "--seconds", unset: str = "leave it out to run until Ctrl-C"
+) -> float | None:
+    """How long to run (a duration; bare numbers are seconds), > 0 and finite; None: no limit."""
+    if text is None:
+        return None
+    stripped = text.strip().lower()
+    if stripped.startswith("-") or stripped.lstrip("+") in ("inf", "infinity", "nan"):
+        msg = f"{what} must be a finite duration > 0 such as 30s or 5min ({unset}), got {text!r}"
+        raise ConfigError(msg)
+    seconds = parse_duration(text, what, "s")
+    if seconds <= 0:
+        msg = f"{what} must be > 0 ({unset}), got {text!r}"
+        raise ConfigError(msg)
+    return seconds
+
+
+def plan_ingest(args: argparse.Namespace) -> IngestPlan:
+    """Parse and check every argument; no Spark, no network."""
+    interval_ms = parse_interval_ms(args.batch_interval, args.batch_interval_ms)
+    seconds = parse_seconds(args.seconds)
+    source = parse_source(args.source)
+    sink = parse_sink(args.sink, args.sink_option)
+    settings = spark_settings(
+        "spark-receivers-ingest",
+        args.master,
+        args.conf,
+        ui=not args.no_ui,
+        deploy_mode=args.deploy_mode,
+    )
+    config = StreamingConfig.from_spark_conf(settings.conf_dict)  # --conf keys of ours, checked
+    checkpoint = args.checkpoint or config.checkpoint_dir or None
+    if checkpoint and "://" not in checkpoint:
+        checkpoint = os.path.abspath(checkpoint)
+        if os.path.exists(checkpoint) and not os.path.isdir(checkpoint):
+            msg = f"--checkpoint {checkpoint} exists and is not a directory"
+            raise ConfigError(msg)
+    wal = bool(args.wal or config.receiver_wal_enabled)
+    if wal and not checkpoint:
+        msg = "--wal needs --checkpoint DIR (the write-ahead logs live there)"
+        raise ConfigError(msg)
+    check_local_cores(settings.master, 1)
+    return IngestPlan(source, sink, settings, interval_ms, seconds, checkpoint, wal, args.wal)
+
+
+def preflight(plan: IngestPlan) -> list[str]:
+    """Checks on this machine (local masters): refuses what cannot work, returns warnings."""
+    source, warnings = plan.source, []
+    local = is_local(plan.spark.master)
+    if local and source.listen is not None:
+        host = source.listen[0] or local_host()
+        _check_can_listen(source, host, source.listen[1])
+    if local and source.directory is not None and not os.path.isdir(source.directory):
+        what = "does not exist" if not os.path.exists(source.directory) else "is not a directory"
+        msg = f"source {source.display}: {source.directory} {what}; create the directory first"
+        raise ConfigError(msg)
+    if source.server is not None:
+        problem = _unreachable(*source.server)
+        if problem:
+            warnings.append(
+                f"{source.server[0]}:{source.server[1]} cannot be reached now ({problem}); "
+                "the receiver keeps retrying with backoff"
+            )
+    if source.acknowledgement and not plan.wal:
+        warnings.append(
+            f"the write-ahead log is off: {source.acknowledgement} only means the records are "
+            "in executor memory; if the job fails before their batch is written (a sink "
+            "error, a lost executor, a kill), they are lost although acknowledged. "
+            "--checkpoint DIR --wal makes acknowledgements durable"
+        )
+    return warnings
+
+
+def _check_can_listen(source: Source, host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            hint = {
+                errno.EADDRINUSE: "another process holds the port: stop it or pick another port",
+                errno.EADDRNOTAVAIL: f"{host} is not an address of this machine",
+                errno.EACCES: "ports below 1024 need privileges: pick a port >= 1024",
+            }.get(e.errno or 0, "")
+            msg = f"source {source.display}: cannot listen on {host}:{port}: {e.strerror}"
+            raise ConfigError(msg + (f" ({hint})" if hint else "")) from None
+
+
+def _unreachable(host: str, port: int) -> str | None:
+    try:
+        with socket.create_connection((host, port), timeout=REACH_TIMEOUT_S):
+            return None
+    except OSError as e:
+        return e.strerror or str(e) or type(e).__name__
+
+
+def run(
+    args: argparse.Namespace, start: Callable[[SparkSettings], SparkSession] = start_spark
+) -> int:
+    """The ``ingest`` command; returns its exit status (ConfigError: the caller's exit 2)."""
+    plan = plan_ingest(args)
+    warnings = preflight(plan)
+    for warning in warnings:
+        say(f"warning: {warning}")
+    if args.check:
+        _print_plan(plan)
+        return EXIT_OK
+    spark = start(plan.spark)
+    try:
+        return _stream(plan, spark)
+    finally:
+        spark.stop()
+
+
+def _settle(
+    spark: SparkSession, status: Callable[[], StreamingStatus], progress: ProgressPrinter
+) -> None:
+    """After a failure, end the batches still running before counting and reporting.
+
+    A context that fails stops at once, but a batch that was already running goes on
+    in the background: its jobs are cancelled (the run is over; its output would be
+    partial) and it is waited for (bounded), so that the counts are final and the
+    reason is the last thing printed.
+    """
+    running = progress.running()
+    if not running:
+        return
+    spark.sparkContext.cancelAllJobs()
+    deadline = time.monotonic() + SETTLE_BOUND_S
+    while set(status().pending_batches_ms) & running and time.monotonic() < deadline:
+        time.sleep(0.2)  # no event tells when a batch thread of a stopped context ends
+
+
+def _print_plan(plan: IngestPlan) -> None:
+    """What ``--check`` prints: the run as it would start (secrets masked; to stdout)."""
+    conf = {k: v for k, v in plan.spark.conf if not _SECRET_CONF.search(k)}
+    lines = [
+        f"source      {plan.source.display}",
+        f"receiver    {plan.source.describe()}",
+        f"sink        {plan.sink.display}",
+        f"interval    {plan.interval_ms} ms",
+        f"run for     {'until Ctrl-C' if plan.seconds is None else f'{plan.seconds:g} s'}",
+        f"checkpoint  {plan.checkpoint or 'none'}; write-ahead log {'on' if plan.wal else 'off'}",
+        f"master      {plan.spark.master}",
+        *(f"conf        {k}={v}" for k, v in sorted(conf.items()) if k != "spark.master"),
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def _stream(plan: IngestPlan, spark: SparkSession) -> int:
+    from spark_receivers.context import StreamingContext, StreamingError
+
+    sink = plan.sink.open(spark, plan.source.receiver.schema, say)
+    # Only what the flags say is explicit: every other key still comes from --conf.
+    config = StreamingConfig(receiver_wal_enabled=True) if plan.wal_flag else None
+
+    def create() -> StreamingContext:
+        ctx = StreamingContext(
+            spark, plan.interval_ms, checkpoint_dir=plan.checkpoint, config=config
+        )
+        ctx.receiver_stream(plan.source.receiver).foreach_batch(sink, name=plan.sink.display)
+        return ctx
+
+    # With a checkpoint a restart recovers: the batches a killed run left unfinished run
+    # again with the same blocks, and blocks it had received reach a batch.
+    ssc = StreamingContext.get_or_create(plan.checkpoint, create) if plan.checkpoint else create()
+    if ssc.recovered_from_checkpoint:
+        say(f"recovering from the checkpoint in {plan.checkpoint}")
+    progress = ProgressPrinter(plan.interval_ms, ssc.status)
+    ssc.add_streaming_listener(progress)
+    wake, stop_asked = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop_asked.is_set():
+            say("stopping now: records not yet processed are dropped")
+            os._exit(EXIT_INTERRUPTED)
+        stop_asked.set()
+        wake.set()
+
+    def watch() -> None:
+        try:
+            ssc.await_termination()
+        except StreamingError as e:
+            failures.append(e)
+        except BaseException as e:
+            failures.append(e)
+            raise
+        finally:
+            wake.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ssc.start()
+        interval = f"{plan.interval_ms} ms"
+        say(
+            f"ingesting {plan.source.display} -> {plan.sink.display} every {interval}; "
+            "Ctrl-C stops gracefully"
+        )
+        watcher = threading.Thread(target=watch, name="ingest-await-termination", daemon=True)
+        watcher.start()
+        wake.wait(plan.seconds)
+        if not failures and watcher.is_alive():
+            say("stopping gracefully (Ctrl-C again to stop at once) ...")
+            ssc.stop(graceful=True)
+        watcher.join(STOP_BOUND_S)
+        if watcher.is_alive():
+            failures.append(
+                TimeoutError(f"the streaming context did not stop in {STOP_BOUND_S:.0f}s")
+            )
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if failures:
+        _settle(spark, ssc.status, progress)
+    failure = one_line(failures[0]) if failures else None
+    outcome = judge(ssc.status(), progress.counts(), failure, wal=plan.wal)
+    for line in outcome.lines:
+        say(line)
+    return outcome.code

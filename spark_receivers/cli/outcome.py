@@ -1,0 +1,89 @@
+"""How an ``ingest`` run ended: its last lines and its exit status (no Spark needed).
+
+Exit statuses:
+
+* ``0`` — it stopped as asked (``--seconds``, Ctrl-C, SIGTERM) and every record it
+  received (and every record a recovered checkpoint had to redo) was processed by
+  a batch that succeeded;
+* ``1`` — the stream failed (a batch failed, the context failed) or the stop left
+  received records unprocessed;
+* ``2`` — a bad argument, URI, sink or setting (before Spark starts when it can be
+  known then);
+* ``130`` — stopped at once by a second Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_receivers.driver.status import StreamingStatus
+
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Outcome", "judge"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The exit status and the lines that explain it (the last one says why, if not 0)."""
+
+    code: int
+    lines: tuple[str, ...]
+
+
+def judge(
+    status: StreamingStatus,
+    counts: Mapping[str, Any],
+    failure: str | None,
+    *,
+    wal: bool,
+) -> Outcome:
+    """The outcome of a run that has stopped.
+
+    ``status``: the context's after the stop; ``counts``: the progress printer's
+    (:meth:`ProgressPrinter.counts`); ``failure``: why the context failed, on one
+    line, if it did; ``wal``: whether received records were in a write-ahead log.
+    """
+    submitted: Mapping[int, int] = counts.get("submitted", {})
+    # A recovered run first redoes the batches a crash left unfinished: their records
+    # come from the logs, not from this run's receivers.
+    replayed = sum(submitted.get(t, 0) for t in status.recovered_batches_ms)
+    received, processed = status.records_received, status.records_processed
+    unprocessed = max(0, received + replayed - processed)
+    done = (
+        f"done: {status.batches_completed} batches, {processed:,} records processed, "
+        f"{received:,} received"
+    )
+    if replayed:
+        done += f" (+{replayed:,} redone from the checkpoint)"
+    failed = int(counts.get("failed_batches", 0))
+    if failed:
+        done += f"; {failed} batch(es) failed ({int(counts.get('failed_records', 0)):,} records)"
+    lines = [done]
+    if unprocessed:
+        if wal:
+            lines.append(
+                f"{unprocessed:,} received records were not processed; they are in the "
+                "write-ahead log: run the same command again (same --checkpoint) to process them"
+            )
+        else:
+            lines.append(
+                f"{unprocessed:,} received records were not processed and are lost: they were "
+                "held in executor memory only (--checkpoint DIR --wal keeps them)"
+            )
+    if failure is not None:
+        return Outcome(EXIT_FAILED, (*lines, f"error: the stream failed: {failure}"))
+    if unprocessed or status.pending_batches_ms:
+        reason = (
+            f"error: the stop left {unprocessed:,} received records unprocessed "
+            f"(batches pending: {len(status.pending_batches_ms)}); a longer "
+            "spark.streaming.gracefulStopTimeout gives the last batches more time"
+        )
+        return Outcome(EXIT_FAILED, (*lines, reason))
+    return Outcome(EXIT_OK, tuple(lines))

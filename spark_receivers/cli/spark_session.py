@@ -1,0 +1,145 @@
+"""The Spark session the commands run on: ``--master``, ``--conf``, ``--deploy-mode``, UI.
+
+Settings are parsed and checked without Spark (:func:`spark_settings`); only
+:func:`start_spark` starts a JVM. Nothing is forced: the master comes from
+``--master``, else ``--conf spark.master``, else ``spark-defaults.conf``
+(``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), else ``local[4]``; the Spark UI
+is on unless ``--no-ui``; ``SPARK_LOCAL_IP`` is left as the environment has it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_receivers.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_MASTER", "SparkSettings", "is_local", "parse_conf", "spark_settings"]
+
+DEFAULT_MASTER = "local[4]"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """What the session is built with (no secrets printed from it)."""
+
+    app_name: str
+    master: str
+    conf: tuple[tuple[str, str], ...]
+    """Every ``--conf``, then the defaults the command adds (each only if not given)."""
+
+    @property
+    def conf_dict(self) -> dict[str, str]:
+        """``conf`` as a dict."""
+        return dict(self.conf)
+
+
+def parse_conf(items: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` items as a dict; ConfigError for a malformed or repeated one."""
+    conf: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            msg = f"--conf must be KEY=VALUE, got {item!r}"
+            raise ConfigError(msg)
+        if key in conf and conf[key] != value:
+            msg = f"--conf {key} is given twice with different values"
+            raise ConfigError(msg)
+        conf[key] = value
+    return conf
+
+
+def is_local(master: str) -> bool:
+    """True for masters whose executors run on this machine (``local*``)."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def spark_defaults(environ: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``spark-defaults.conf`` (empty when there is none)."""
+    conf_dir = environ.get("SPARK_CONF_DIR") or (
+        os.path.join(environ["SPARK_HOME"], "conf") if environ.get("SPARK_HOME") else None
+    )
+    path = os.path.join(conf_dir, "spark-defaults.conf") if conf_dir else None
+    if path is None or not os.path.isfile(path):
+        return {}
+    entries = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.replace("=", " ", 1).partition(" ")
+                entries[key.strip()] = value.strip()
+    return entries
+
+
+def spark_settings(
+    app_name: str,
+    master: str | None,
+    conf_items: list[str],
+    *,
+    ui: bool = True,
+    deploy_mode: str = "client",
+    environ: Mapping[str, str] | None = None,
+) -> SparkSettings:
+    """Check the Spark flags and resolve the master (see the module doc); no Spark."""
+    env = os.environ if environ is None else environ
+    conf = parse_conf(conf_items)
+    if deploy_mode != "client":
+        msg = (
+            f"--deploy-mode {deploy_mode} is not supported: this command is the driver "
+            "(client mode); for cluster mode, spark-submit a script of your own that "
+            "builds the StreamingContext"
+        )
+        raise ConfigError(msg)
+    if conf.get("spark.submit.deployMode", "client") != "client":
+        msg = "--conf spark.submit.deployMode must be client: this command is the driver"
+        raise ConfigError(msg)
+    if master is not None and conf.get("spark.master", master) != master:
+        msg = f"--master {master} and --conf spark.master={conf['spark.master']} disagree"
+        raise ConfigError(msg)
+    master = (
+        master or conf.get("spark.master") or spark_defaults(env).get("spark.master")
+    ) or DEFAULT_MASTER
+    if not master.strip():
+        msg = "--master must not be empty"
+        raise ConfigError(msg)
+    defaults = {
+        "spark.app.name": app_name,
+        "spark.submit.deployMode": "client",
+        "spark.ui.enabled": "true" if ui else "false",
+        # Spark's progress bars would cut through the per-batch lines.
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if not ui and conf.get("spark.ui.enabled", "false") != "false":
+        msg = "--no-ui and --conf spark.ui.enabled=true disagree"
+        raise ConfigError(msg)
+    if is_local(master):
+        defaults["spark.sql.shuffle.partitions"] = "4"
+    merged = {**conf, "spark.master": master}
+    for key, value in defaults.items():
+        merged.setdefault(key, value)
+    if not ui:
+        merged["spark.ui.enabled"] = "false"
+    return SparkSettings(app_name, master, tuple(merged.items()))
+
+
+def start_spark(settings: SparkSettings, log_level: str = "ERROR") -> SparkSession:
+    """Start (or join) the session; the one place a command starts a JVM."""
+    if is_local(settings.master) and "spark.pyspark.python" not in settings.conf_dict:
+        # Local Python workers run this interpreter (on a cluster, the executors' own).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in settings.conf:
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
