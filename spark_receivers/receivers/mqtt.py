@@ -25,8 +25,7 @@ Each lost connection restarts the receiver with a growing backoff (reset only by
 connection that lasted or a stored batch), so the fight slows down, and the driver's
 restart policy ends it with the error.
 
-How many unacknowledged messages the broker sends at once is the broker's
-in-flight window (mosquitto's ``max_inflight_messages``, 20 by default): it
+The broker's in-flight window (mosquitto's ``max_inflight_messages``, 20 by default)
 bounds a batch, and so the throughput of one receiver.
 """
 
