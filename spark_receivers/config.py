@@ -32,16 +32,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_receivers.config_checks import RATE_ESTIMATORS, parse, validate
 from spark_receivers.errors import ConfigError
-from spark_receivers.util.durations import parse_duration
 
 log = logging.getLogger(__name__)
 
 UNLIMITED_RATE = 0
 """``receiver_max_rate`` value meaning "no limit" (Spark uses Long.MaxValue)."""
-
-RATE_ESTIMATORS = ("pid",)
-"""Names accepted by ``spark.streaming.backpressure.rateEstimator``."""
 
 
 def _key(default: Any, spark_key: str, doc: str, *, old: str | None = None) -> Any:
@@ -204,7 +201,7 @@ class StreamingConfig:
     )
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
     # --- building --------------------------------------------------------------
 
@@ -244,12 +241,12 @@ class StreamingConfig:
         for f in dataclasses.fields(cls):
             key, old = f.metadata["spark_key"], f.metadata["old_key"]
             if key in conf:
-                values[f.name] = _parse(f, key, conf[key])
+                values[f.name] = parse(f, key, conf[key])
             elif old is not None and old in conf:
                 message = f"the Spark conf key {old} is deprecated: use {key}"
                 warnings.warn(message, DeprecationWarning, stacklevel=2)
                 log.warning("%s", message)
-                values[f.name] = _parse(f, old, conf[old])
+                values[f.name] = parse(f, old, conf[old])
         config = cls(**{**values, **overrides})
         return _with_explicit(config, frozenset(overrides))
 
@@ -316,114 +313,4 @@ def spark_conf_of(spark: Any) -> dict[str, str]:
     return conf
 
 
-# --- parsing and checks ---------------------------------------------------------------
-
-
-def _parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
-    default = f.default
-    if isinstance(default, str):
-        return raw.strip()
-    if f.name.endswith("_ms"):
-        return round(parse_duration(raw, spark_key, default_unit="ms") * 1000)
-    if f.name.endswith("_s"):
-        return parse_duration(raw, spark_key, default_unit="s")
-    if isinstance(default, bool):
-        if raw.strip().lower() in ("true", "false"):
-            return raw.strip().lower() == "true"
-        msg = f"{spark_key} must be true or false, got {raw!r}"
-        raise ConfigError(msg)
-    try:
-        integral = raw.strip().removeprefix("-").isdigit()
-        return int(raw) if isinstance(default, int) and integral else float(raw)
-    except ValueError:
-        msg = f"{spark_key} must be a number, got {raw!r}"
-        raise ConfigError(msg) from None
-
-
-def _validate(cfg: StreamingConfig) -> None:
-    for name in ("block_interval_ms", "block_queue_size", "concurrent_jobs", "max_message_bytes"):
-        _positive_int(cfg, name)
-    for name in ("receiver_restart_delay_ms", "graceful_stop_timeout_ms", "batch_read_partitions"):
-        _non_negative(cfg, name, integral=True)
-    for name in (
-        "receiver_max_rate",
-        "backpressure_initial_rate",
-        "backpressure_pid_proportional",
-        "backpressure_pid_integral",
-        "backpressure_pid_derived",
-    ):
-        _non_negative(cfg, name)
-    for name in (
-        "block_store_timeout_s",
-        "backpressure_pid_min_rate",
-        "receiver_stop_timeout_s",
-        "receiver_drain_timeout_s",
-        "receiver_restart_window_s",
-    ):
-        _positive(cfg, name)
-    _at_least_minus_one(cfg, "receiver_max_restarts")
-    for f in dataclasses.fields(cfg):
-        if isinstance(f.default, bool):
-            _bool(cfg, f.name)
-    if cfg.backpressure_rate_estimator not in RATE_ESTIMATORS:
-        msg = (
-            f"{_describe('backpressure_rate_estimator')} must be one of "
-            f"{', '.join(RATE_ESTIMATORS)}; got {cfg.backpressure_rate_estimator!r}"
-        )
-        raise ConfigError(msg)
-    if not isinstance(cfg.checkpoint_dir, str):
-        msg = (
-            f"{_describe('checkpoint_dir')} must be a path or URI string ('' for none), "
-            f"got {cfg.checkpoint_dir!r}"
-        )
-        raise ConfigError(msg)
-    for side in ("receiver", "driver"):
-        _positive(cfg, f"{side}_wal_rolling_interval_s")
-        _positive_int(cfg, f"{side}_wal_max_failures")
-    _positive_int(cfg, "driver_wal_batching_timeout_ms")
-
-
-def _describe(name: str) -> str:
-    return f"{name} ({StreamingConfig.spark_key(name)})"
-
-
-def _number(cfg: StreamingConfig, name: str) -> float:
-    value = getattr(cfg, name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        msg = f"{_describe(name)} must be a number, got {value!r}"
-        raise ConfigError(msg)
-    return float(value)
-
-
-def _positive_int(cfg: StreamingConfig, name: str) -> None:
-    value = getattr(cfg, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        msg = f"{_describe(name)} must be an integer > 0, got {value!r}"
-        raise ConfigError(msg)
-
-
-def _positive(cfg: StreamingConfig, name: str) -> None:
-    if _number(cfg, name) <= 0:
-        msg = f"{_describe(name)} must be > 0, got {getattr(cfg, name)!r}"
-        raise ConfigError(msg)
-
-
-def _non_negative(cfg: StreamingConfig, name: str, *, integral: bool = False) -> None:
-    value = _number(cfg, name)
-    if value < 0 or (integral and not isinstance(getattr(cfg, name), int)):
-        kind = "an integer >= 0" if integral else ">= 0"
-        msg = f"{_describe(name)} must be {kind}, got {getattr(cfg, name)!r}"
-        raise ConfigError(msg)
-
-
-def _at_least_minus_one(cfg: StreamingConfig, name: str) -> None:
-    value = getattr(cfg, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        msg = f"{_describe(name)} must be an integer >= 0, or -1 for no limit, got {value!r}"
-        raise ConfigError(msg)
-
-
-def _bool(cfg: StreamingConfig, name: str) -> None:
-    if not isinstance(getattr(cfg, name), bool):
-        msg = f"{_describe(name)} must be True or False, got {getattr(cfg, name)!r}"
-        raise ConfigError(msg)
+__all__ = ["RATE_ESTIMATORS", "UNLIMITED_RATE", "StreamingConfig", "spark_conf_of"]

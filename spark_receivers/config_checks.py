@@ -1,0 +1,131 @@
+"""Parsing Spark conf strings into config fields, and checking a config's values.
+
+Used by :class:`spark_receivers.config.StreamingConfig` only: ``parse`` turns the
+string a Spark conf holds into a field's type; ``validate`` checks every field and
+raises :class:`~spark_receivers.errors.ConfigError` naming the field, its Spark
+key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from spark_receivers.errors import ConfigError
+from spark_receivers.util.durations import parse_duration
+
+RATE_ESTIMATORS = ("pid",)
+"""Names accepted by ``spark.streaming.backpressure.rateEstimator``."""
+
+
+def parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
+    """The value of field ``f`` from the Spark conf string ``raw`` (read under ``spark_key``)."""
+    default = f.default
+    if isinstance(default, str):
+        return raw.strip()
+    if f.name.endswith("_ms"):
+        return round(parse_duration(raw, spark_key, default_unit="ms") * 1000)
+    if f.name.endswith("_s"):
+        return parse_duration(raw, spark_key, default_unit="s")
+    if isinstance(default, bool):
+        if raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        msg = f"{spark_key} must be true or false, got {raw!r}"
+        raise ConfigError(msg)
+    try:
+        integral = raw.strip().removeprefix("-").isdigit()
+        return int(raw) if isinstance(default, int) and integral else float(raw)
+    except ValueError:
+        msg = f"{spark_key} must be a number, got {raw!r}"
+        raise ConfigError(msg) from None
+
+
+def validate(cfg: Any) -> None:
+    """Check every field of a :class:`~spark_receivers.config.StreamingConfig`."""
+    for name in ("block_interval_ms", "block_queue_size", "concurrent_jobs", "max_message_bytes"):
+        _positive_int(cfg, name)
+    for name in ("receiver_restart_delay_ms", "graceful_stop_timeout_ms", "batch_read_partitions"):
+        _non_negative(cfg, name, integral=True)
+    for name in (
+        "receiver_max_rate",
+        "backpressure_initial_rate",
+        "backpressure_pid_proportional",
+        "backpressure_pid_integral",
+        "backpressure_pid_derived",
+    ):
+        _non_negative(cfg, name)
+    for name in (
+        "block_store_timeout_s",
+        "backpressure_pid_min_rate",
+        "receiver_stop_timeout_s",
+        "receiver_drain_timeout_s",
+        "receiver_restart_window_s",
+    ):
+        _positive(cfg, name)
+    _at_least_minus_one(cfg, "receiver_max_restarts")
+    for f in dataclasses.fields(cfg):
+        if isinstance(f.default, bool):
+            _bool(cfg, f.name)
+    if cfg.backpressure_rate_estimator not in RATE_ESTIMATORS:
+        msg = (
+            f"{_describe(cfg, 'backpressure_rate_estimator')} must be one of "
+            f"{', '.join(RATE_ESTIMATORS)}; got {cfg.backpressure_rate_estimator!r}"
+        )
+        raise ConfigError(msg)
+    if not isinstance(cfg.checkpoint_dir, str):
+        msg = (
+            f"{_describe(cfg, 'checkpoint_dir')} must be a path or URI string ('' for none), "
+            f"got {cfg.checkpoint_dir!r}"
+        )
+        raise ConfigError(msg)
+    for side in ("receiver", "driver"):
+        _positive(cfg, f"{side}_wal_rolling_interval_s")
+        _positive_int(cfg, f"{side}_wal_max_failures")
+    _positive_int(cfg, "driver_wal_batching_timeout_ms")
+
+
+def _describe(cfg: Any, name: str) -> str:
+    key = next(f.metadata["spark_key"] for f in dataclasses.fields(cfg) if f.name == name)
+    return f"{name} ({key})"
+
+
+def _number(cfg: Any, name: str) -> float:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        msg = f"{_describe(cfg, name)} must be a number, got {value!r}"
+        raise ConfigError(msg)
+    return float(value)
+
+
+def _positive_int(cfg: Any, name: str) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        msg = f"{_describe(cfg, name)} must be an integer > 0, got {value!r}"
+        raise ConfigError(msg)
+
+
+def _positive(cfg: Any, name: str) -> None:
+    if _number(cfg, name) <= 0:
+        msg = f"{_describe(cfg, name)} must be > 0, got {getattr(cfg, name)!r}"
+        raise ConfigError(msg)
+
+
+def _non_negative(cfg: Any, name: str, *, integral: bool = False) -> None:
+    value = _number(cfg, name)
+    if value < 0 or (integral and not isinstance(getattr(cfg, name), int)):
+        kind = "an integer >= 0" if integral else ">= 0"
+        msg = f"{_describe(cfg, name)} must be {kind}, got {getattr(cfg, name)!r}"
+        raise ConfigError(msg)
+
+
+def _at_least_minus_one(cfg: Any, name: str) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        msg = f"{_describe(cfg, name)} must be an integer >= 0, or -1 for no limit, got {value!r}"
+        raise ConfigError(msg)
+
+
+def _bool(cfg: Any, name: str) -> None:
+    if not isinstance(getattr(cfg, name), bool):
+        msg = f"{_describe(cfg, name)} must be True or False, got {getattr(cfg, name)!r}"
+        raise ConfigError(msg)
