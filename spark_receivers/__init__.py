@@ -11,6 +11,7 @@ from spark_receivers.driver.listener import (
     BlockLostInfo,
     OutputOperationInfo,
     ReceiverInfo,
+    ReplicationInfo,
     StreamingListener,
 )
 from spark_receivers.errors import (
@@ -29,9 +30,9 @@ from spark_receivers.errors import (
     StreamingError,
     WriteAheadLogError,
 )
-from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import SchemaLike, as_arrow_schema
+from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers import (
     FileTailReceiver,
@@ -75,6 +76,7 @@ __all__ = [
     "ReceiverInfo",
     "ReceiverInputStream",
     "RedisStreamReceiver",
+    "ReplicationInfo",
     "RpcError",
     "SchemaLike",
     "SocketTextReceiver",

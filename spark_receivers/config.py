@@ -200,6 +200,24 @@ class StreamingConfig:
         "The window in which maxRestarts restarts of one receiver fail the context.",
     )
 
+    block_keeper_enabled: bool = _key(
+        True,
+        "spark.receivers.blockKeeper.enabled",
+        "Keep blocks in a keeper process per executor (they outlive the receiver's task, "
+        "and _2 levels copy them to a second executor); false: in the receiver's task.",
+    )
+    block_keeper_memory_bytes: int = _key(
+        512 * 1024 * 1024,
+        "spark.receivers.blockKeeper.memory",
+        "Memory a block keeper (one per executor) holds before levels with disk spill (bytes).",
+    )
+    lost_block_policy: str = _key(
+        "fail",
+        "spark.receivers.lostBlockPolicy",
+        "A block in no store and no WAL: fail (the context fails) or skip (the batch runs "
+        "without it; on_block_lost and status() count it).",
+    )
+
     def __post_init__(self) -> None:
         validate(self)
 

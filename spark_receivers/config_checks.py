@@ -17,6 +17,9 @@ from spark_receivers.util.durations import parse_duration
 RATE_ESTIMATORS = ("pid",)
 """Names accepted by ``spark.streaming.backpressure.rateEstimator``."""
 
+LOST_BLOCK_POLICIES = ("fail", "skip")
+"""Values accepted by ``spark.receivers.lostBlockPolicy``."""
+
 
 def parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
     """The value of field ``f`` from the Spark conf string ``raw`` (read under ``spark_key``)."""
@@ -27,6 +30,8 @@ def parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
         return round(parse_duration(raw, spark_key, default_unit="ms") * 1000)
     if f.name.endswith("_s"):
         return parse_duration(raw, spark_key, default_unit="s")
+    if f.name.endswith("_bytes"):
+        return parse_size(raw, spark_key)
     if isinstance(default, bool):
         if raw.strip().lower() in ("true", "false"):
             return raw.strip().lower() == "true"
@@ -40,9 +45,29 @@ def parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
         raise ConfigError(msg) from None
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(raw: str, spark_key: str) -> int:
+    """A byte size as Spark writes it: ``1048576``, ``512k``, ``64m``, ``2g`` (``kb``... too)."""
+    text = raw.strip().lower().removesuffix("b") if raw.strip().lower() != "b" else "1"
+    number = text.rstrip("kmgt")
+    unit = text[len(number) :]
+    if number.isdigit() and unit in _SIZE_UNITS:
+        return int(number) * _SIZE_UNITS[unit]
+    msg = f"{spark_key} must be a size in bytes such as 1048576, 512k, 64m or 2g; got {raw!r}"
+    raise ConfigError(msg)
+
+
 def validate(cfg: Any) -> None:
     """Check every field of a :class:`~spark_receivers.config.StreamingConfig`."""
-    for name in ("block_interval_ms", "block_queue_size", "concurrent_jobs", "max_message_bytes"):
+    for name in (
+        "block_interval_ms",
+        "block_queue_size",
+        "concurrent_jobs",
+        "max_message_bytes",
+        "block_keeper_memory_bytes",
+    ):
         _positive_int(cfg, name)
     for name in ("receiver_restart_delay_ms", "graceful_stop_timeout_ms", "batch_read_partitions"):
         _non_negative(cfg, name, integral=True)
@@ -70,6 +95,12 @@ def validate(cfg: Any) -> None:
         msg = (
             f"{_describe(cfg, 'backpressure_rate_estimator')} must be one of "
             f"{', '.join(RATE_ESTIMATORS)}; got {cfg.backpressure_rate_estimator!r}"
+        )
+        raise ConfigError(msg)
+    if cfg.lost_block_policy not in LOST_BLOCK_POLICIES:
+        msg = (
+            f"{_describe(cfg, 'lost_block_policy')} must be one of "
+            f"{', '.join(LOST_BLOCK_POLICIES)}; got {cfg.lost_block_policy!r}"
         )
         raise ConfigError(msg)
     if not isinstance(cfg.checkpoint_dir, str):

@@ -132,7 +132,9 @@ class StandInTracker:
     For testing a receiver without Spark: run it under a real
     :class:`ReceiverSupervisor` with :func:`supervise`, then look at the
     messages it sent. Replies to ``RegisterReceiver``/``AddBlock`` with
-    ``accept_register``/``accept_blocks``. Close it with :meth:`close`.
+    ``accept_register``/``accept_blocks``; knows of no other executor, so
+    supervisors keep one copy of each block, in the block keeper they start.
+    Close it with :meth:`close` (which also ends those keepers).
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -153,6 +155,10 @@ class StandInTracker:
             return self.accept_register
         if isinstance(msg, m.AddBlock):
             return self.accept_blocks
+        if isinstance(msg, m.GetReplicaTargets):
+            return []
+        if isinstance(msg, m.ReportReplication | m.ReportLostBlock):
+            return None
         return True
 
     def of(self, kind: type) -> list[Any]:
@@ -174,18 +180,20 @@ class StandInTracker:
     def stored_table(self, supervisor: ReceiverSupervisor) -> pa.Table:
         """Every block ``supervisor`` reported, read back from its block server, in order.
 
-        A real, authenticated Arrow Flight read, as a batch's read task makes it;
-        blocks are in report order, records in store order within a block.
+        A real, authenticated Arrow Flight read from where each block was kept (its
+        block keeper), as a batch's read task makes it; blocks are in report order,
+        records in store order within a block.
         """
-        client = EndpointClient(supervisor.endpoint, self.secret)
-        try:
-            blocks = [
-                client.read_table(add.block_info.block_id.encode())
-                for add in self.of(m.AddBlock)
-                if add.block_info.stream_id == supervisor.stream_id
-            ]
-        finally:
-            client.close()
+        blocks = []
+        for add in self.of(m.AddBlock):
+            info = add.block_info
+            if info.stream_id != supervisor.stream_id:
+                continue
+            client = EndpointClient(info.locations[0], self.secret)
+            try:
+                blocks.append(client.read_table(info.block_id.encode()))
+            finally:
+                client.close()
         if not blocks:
             return supervisor.receiver.schema.empty_table()
         return pa.concat_tables(blocks)
@@ -203,8 +211,16 @@ class StandInTracker:
             client.close()
 
     def close(self) -> None:
-        """Stop the endpoint."""
+        """Stop the endpoint and end the block keepers that registered with it."""
         self.endpoint.close()
+        for keeper in {k.endpoint for k in self.of(m.RegisterBlockKeeper)}:
+            client = EndpointClient(keeper, self.secret, timeout_s=5.0)
+            try:
+                client.call(m.ReleaseKeeper())
+            except Exception:  # noqa: BLE001 - already gone: nothing to end
+                pass
+            finally:
+                client.close()
 
 
 def supervise(

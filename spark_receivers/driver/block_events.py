@@ -129,7 +129,7 @@ def info_to_dict(info: ReceivedBlockInfo) -> dict[str, Any]:
     and made logging 100,000 blocks five times slower; the two dict fields
     (``wal_handle``, ``metadata``) are JSON values already and are not copied.
     """
-    return {
+    raw = {
         "stream_id": info.stream_id,
         "block_id": info.block_id,
         "num_records": info.num_records,
@@ -139,7 +139,10 @@ def info_to_dict(info: ReceivedBlockInfo) -> dict[str, Any]:
         "wal_handle": info.wal_handle,
         "metadata": info.metadata,
     }
+    if info.replica_endpoints:
+        raw["replica_endpoints"] = list(info.replica_endpoints)
+    return raw
 
 
 def _info(raw: dict[str, Any]) -> ReceivedBlockInfo:
-    return ReceivedBlockInfo(**raw)
+    return ReceivedBlockInfo.from_dict(raw)

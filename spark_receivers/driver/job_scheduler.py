@@ -5,28 +5,22 @@ the tracker endpoint, the :class:`ReceiverTracker` with its launcher and outbox,
 the :class:`JobGenerator`, the rate controllers, the checkpoint writer and the
 listener bus. ``StreamingContext`` is only its public face.
 
-**Start**, in this order:
-
-1. the data sources are registered; the block tracker is built (a recovering
-   driver replays its WAL; a fresh start drops the events of an older run);
-2. the listener bus starts;
-3. the tracker endpoint (Arrow Flight, authenticated) starts, with the tracker
-   core, the launcher and the outbox behind it;
-4. rate controllers join the bus (backpressure);
-5. the job generator is built; a fresh start writes a first checkpoint;
-6. ``on_streaming_started`` is posted;
-7. the receivers are launched, then the timer starts — or, when recovering, the
-   timer starts first (the batches to run again are allocated before any
-   receiver runs, so they hold exactly what was logged), then the receivers;
-8. the block reader is warmed up off the batch path.
+**Start**, in this order (docs/architecture.md says why): data sources and the
+block tracker (a recovering driver replays its WAL); the listener bus; the
+tracker endpoint with the tracker core, the launcher, the outbox and the block
+keepers' registry behind it; rate controllers; the job generator (a fresh start
+writes a first checkpoint); ``on_streaming_started``; the receivers, then the
+timer — or, recovering, the timer first (the batches to run again hold exactly
+what was logged), then the receivers; block keepers on executors without one;
+the block reader's warm-up, off the batch path.
 
 **Stop**, graceful: (1) the receivers are told to stop; they push their last
 blocks and deregister (waited for); (2) the job generator allocates every block
 received, stops its timer and processes every queued batch; (3) the receivers
-are released (they drop their blocks and their tasks end; a job that does not
-end is cancelled); (4) the endpoint, the outbox, the block tracker's WAL, the
-rate controllers and the bus close. Not graceful: the same, but nothing waits for
-deregistration and queued batches are dropped.
+and the block keepers are released (they drop their blocks and end; a receiver
+job that does not end is cancelled); (4) the endpoint, the outbox, the block
+tracker's WAL, the rate controllers and the bus close. Not graceful: the same,
+but nothing waits for deregistration and queued batches are dropped.
 
 **Failure**: a failed batch, a background thread that dies (the timer, a
 receiver's launcher), or a receiver that failed more often than the restart
@@ -44,13 +38,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.block_keepers import (
+    KEEPER_TRACKER_MESSAGES,
+    BlockKeepers,
+    KeeperStarter,
+    keeper_starter,
+)
 from spark_receivers.driver.block_log import OFFSET_MESSAGES, OffsetEndpoint, describe_streams
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.job_generator import Blocks, JobGenerator, OutputOperation
 from spark_receivers.driver.listener import BlockLostInfo, ListenerBus
-from spark_receivers.driver.rate_controller import RateController
-from spark_receivers.driver.rate_estimator import create_rate_estimator
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker, create_driver_wal
+from spark_receivers.driver.rate_controller import RateController, rate_controllers_for
+from spark_receivers.driver.received_block_tracker import open_block_tracker
 from spark_receivers.driver.receiver_launcher import ReceiverLauncher, task_specs
 from spark_receivers.driver.receiver_outbox import ClientFactory, ReceiverOutbox
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
@@ -130,6 +129,7 @@ class JobScheduler:
         )
         self._started = False
         self._stopped = False
+        self._keeper_starter: KeeperStarter | None = None
         self.rate_controllers: dict[int, RateController] = {}
 
     @property
@@ -145,9 +145,23 @@ class JobScheduler:
         block_source.register(self._spark)
         if graph.structured_ids:
             stream_source.register(self._spark)
-        self.block_tracker = self._create_block_tracker()
+        self.block_tracker = open_block_tracker(
+            [s.stream_id for s in graph.inputs],
+            graph.structured_ids,
+            self._layout,
+            cfg,
+            self._clock,
+            recover=self._recovery is not None,
+        )
         self._bus.start()
         self._outbox = ReceiverOutbox(self._client_factory)
+        self.keepers = BlockKeepers(
+            self._bus,
+            self._outbox,
+            lambda: self.launcher.alive_executors(),
+            self.block_tracker.batch_of,
+            self._clock,
+        )
         self._offsets = OffsetEndpoint(
             self.block_tracker.logs,
             describe_streams({r.stream_id: r for r in graph.receivers}),
@@ -194,7 +208,11 @@ class JobScheduler:
             on_fatal=self.fail,
         )
         if cfg.backpressure_enabled:
-            self._start_rate_controllers()
+            self.rate_controllers = rate_controllers_for(
+                graph.batched_ids, cfg, self._interval_ms, self._publish_rate
+            )
+            for controller in self.rate_controllers.values():
+                self._bus.add(controller)
         self._checkpoints = CheckpointStore(self._layout) if self._layout else None
         self.job_generator = JobGenerator(
             self._spark.sparkContext,
@@ -212,6 +230,10 @@ class JobScheduler:
         self._bus.post("on_streaming_started", self._clock.get_time_ms())
         if graph.receivers:
             self.launcher.wait_for_executors()
+            address = self._endpoint.address
+            self._keeper_starter = keeper_starter(
+                self._spark, graph.receivers, cfg, self.keepers, address, self._secret
+            )
         if self._recovery is not None:
             self.job_generator.start(self._recovery)
             self.receiver_tracker.start()
@@ -222,37 +244,6 @@ class JobScheduler:
         threading.Thread(
             target=self._warm_up_block_reader, name="block-reader-warm-up", daemon=True
         ).start()
-
-    def _create_block_tracker(self) -> ReceivedBlockTracker:
-        ids, offset_ids = [s.stream_id for s in self._graph.inputs], self._graph.structured_ids
-        if not self._checkpoint_dir:
-            return ReceivedBlockTracker(ids, clock=self._clock, offset_stream_ids=offset_ids)
-        assert self._layout is not None
-        wal = create_driver_wal(self._layout, self._config, self._clock)
-        recover = self._recovery is not None
-        if not recover:
-            # A fresh start must not later replay the events of an older run: drop them.
-            wal.clean(2**62, wait=True)
-        return ReceivedBlockTracker(
-            ids, wal, self._clock, recover=recover, offset_stream_ids=offset_ids
-        )
-
-    def _start_rate_controllers(self) -> None:
-        cfg = self._config
-        for stream_id in self._graph.batched_ids:
-            estimator = create_rate_estimator(
-                cfg.backpressure_rate_estimator,
-                self._interval_ms,
-                cfg.backpressure_pid_proportional,
-                cfg.backpressure_pid_integral,
-                cfg.backpressure_pid_derived,
-                cfg.backpressure_pid_min_rate,
-            )
-            controller = RateController(
-                stream_id, estimator, self._publish_rate, cfg.max_rate_or_none
-            )
-            self.rate_controllers[stream_id] = controller
-            self._bus.add(controller)
 
     def _publish_rate(self, stream_id: int, rate: float) -> None:
         if not self._stopped:
@@ -272,6 +263,8 @@ class JobScheduler:
     def _dispatch(self, message: Any) -> Any:
         if isinstance(message, OFFSET_MESSAGES):
             return self._offsets.handle(message)
+        if isinstance(message, KEEPER_TRACKER_MESSAGES):
+            return self.keepers.handle(message)
         return self.receiver_tracker.handle(message)
 
     def _check_wal_handle(self, info: m.ReceivedBlockInfo) -> None:
@@ -318,6 +311,8 @@ class JobScheduler:
             self._secret,
             self._checkpoint_dir,
             self._read_partitions,
+            self._config.lost_block_policy,
+            self._endpoint.address,
         )
 
     def generate_jobs(self, batch_time_ms: int, blocks: Blocks) -> list[OutputOperation]:
@@ -413,6 +408,9 @@ class JobScheduler:
             log.warning("receivers did not deregister within %d ms", timeout_ms)
         self.job_generator.stop(graceful, timeout_ms)
         tracker.release_receivers()
+        if self._keeper_starter is not None:
+            self._keeper_starter.stop()
+        self.keepers.release()
         self.launcher.stop(self._config.receiver_stop_timeout_s)
         tracker.stop()
         self._graph.stopped()
@@ -429,6 +427,7 @@ class JobScheduler:
         """A snapshot of where the stream stands (``state``: the context's)."""
         generator, tracker = self.job_generator, self.receiver_tracker
         error = self._error
+        blocks_lost, records_lost = self.keepers.lost()
         return StreamingStatus(
             state=state,
             batch_interval_ms=self._interval_ms,
@@ -444,4 +443,8 @@ class JobScheduler:
             rate_limits={
                 s: c.latest_rate for s, c in self.rate_controllers.items() if c.latest_rate
             },
+            block_copies=self.keepers.copies(),
+            block_keepers=self.keepers.keepers(),
+            blocks_lost=blocks_lost,
+            records_lost=records_lost,
         )

@@ -88,10 +88,13 @@ class BatchInfo:
 
 @dataclass(frozen=True)
 class BlockLostInfo:
-    """A block a batch needed could be read neither from its store nor from a WAL.
+    """A block a batch needed could be read neither from a block store nor from a WAL.
 
-    Without the receiver WAL this happens when a receiver's task or executor
-    dies before the batches holding its blocks ran; the batch then fails.
+    Without the receiver WAL this happens when every executor holding a copy died
+    before the batches holding the block ran. With ``lostBlockPolicy=fail`` (the
+    default) the batch then fails and the context with it; with ``skip`` the
+    batch ran without the block (``batch_time_ms`` is -1 when the block is no
+    longer known to any batch).
     """
 
     batch_time_ms: int
@@ -99,6 +102,26 @@ class BlockLostInfo:
     block_id: str
     num_records: int
     reason: str
+
+
+@dataclass(frozen=True)
+class ReplicationInfo:
+    """A receiver's blocks now have ``achieved`` of the ``wanted`` copies its level asks for.
+
+    Fewer than wanted (degraded) when no block keeper on another executor
+    answered; back to ``wanted`` (restored) as soon as one does.
+    """
+
+    stream_id: int
+    wanted: int
+    achieved: int
+    message: str
+    time_ms: int
+
+    @property
+    def degraded(self) -> bool:
+        """True while blocks have fewer copies than their level asks for."""
+        return self.achieved < self.wanted
 
 
 class StreamingListener:
@@ -135,7 +158,10 @@ class StreamingListener:
         """An output operation ended (``failure_reason`` set if it failed)."""
 
     def on_block_lost(self, info: BlockLostInfo) -> None:
-        """A batch could not read a block (see :class:`BlockLostInfo`); the batch failed."""
+        """A batch could not read a block (see :class:`BlockLostInfo`)."""
+
+    def on_replication_changed(self, info: ReplicationInfo) -> None:
+        """A receiver's blocks got fewer, or again all, of their copies (ReplicationInfo)."""
 
 
 class ListenerBus:

@@ -24,8 +24,9 @@ import queue
 import threading
 from collections.abc import Callable
 
+from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.listener import BatchInfo, StreamingListener
-from spark_receivers.driver.rate_estimator import RateEstimator
+from spark_receivers.driver.rate_estimator import RateEstimator, create_rate_estimator
 
 log = logging.getLogger(__name__)
 
@@ -128,3 +129,28 @@ class RateController(StreamingListener):
             info.batch_time_ms,
         )
         self._publish(self.stream_id, rate)
+
+
+def rate_controllers_for(
+    stream_ids: list[int],
+    config: StreamingConfig,
+    batch_interval_ms: int,
+    publish: Callable[[int, float], None],
+) -> dict[int, RateController]:
+    """One rate controller per stream, with the estimator ``config`` names (backpressure)."""
+    return {
+        stream_id: RateController(
+            stream_id,
+            create_rate_estimator(
+                config.backpressure_rate_estimator,
+                batch_interval_ms,
+                config.backpressure_pid_proportional,
+                config.backpressure_pid_integral,
+                config.backpressure_pid_derived,
+                config.backpressure_pid_min_rate,
+            ),
+            publish,
+            config.max_rate_or_none,
+        )
+        for stream_id in stream_ids
+    }

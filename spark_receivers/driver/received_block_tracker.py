@@ -82,6 +82,30 @@ def create_driver_wal(
     )
 
 
+def open_block_tracker(
+    stream_ids: list[int],
+    offset_stream_ids: Iterable[int],
+    layout: CheckpointLayout | None,
+    config: StreamingConfig,
+    clock: Clock,
+    recover: bool,
+) -> ReceivedBlockTracker:
+    """The block tracker of a starting context: with a driver WAL under ``layout`` if any.
+
+    A recovering driver replays the WAL; a fresh start first drops the events of an
+    older run, so they are never replayed later.
+    """
+    offset_ids = list(offset_stream_ids)
+    if layout is None:
+        return ReceivedBlockTracker(stream_ids, clock=clock, offset_stream_ids=offset_ids)
+    wal = create_driver_wal(layout, config, clock)
+    if not recover:
+        wal.clean(2**62, wait=True)
+    return ReceivedBlockTracker(
+        stream_ids, wal, clock, recover=recover, offset_stream_ids=offset_ids
+    )
+
+
 class ReceivedBlockTracker:
     """Blocks per stream, allocated to batches. Thread-safe.
 
@@ -212,6 +236,14 @@ class ReceivedBlockTracker:
         """The blocks of one stream in a batch."""
         with self._lock:
             return list(self._allocated.get(batch_time_ms, {}).get(stream_id, ()))
+
+    def batch_of(self, block_id: str) -> int:
+        """The batch time a block was allocated to, or -1 (unallocated, or cleaned up)."""
+        for batch_ms in self.allocated_batch_times():
+            for blocks in self.get_blocks_of_batch(batch_ms).values():
+                if any(b.block_id == block_id for b in blocks):
+                    return batch_ms
+        return -1
 
     def has_unallocated_blocks(self) -> bool:
         """True while some stream read by batches has blocks not yet given to a batch."""

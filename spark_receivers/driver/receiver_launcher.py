@@ -151,23 +151,29 @@ def wait_for_executors(
 
 def receiver_rdd(sc: SparkContext, stream_id: int, locations: Sequence[TaskLocation]) -> RDD[Any]:
     """A one-partition RDD holding ``stream_id`` that prefers ``locations``."""
+    return located_rdd(sc, [(stream_id, locations)])
+
+
+def located_rdd(sc: SparkContext, items: Sequence[tuple[Any, Sequence[TaskLocation]]]) -> RDD[Any]:
+    """An RDD with one partition per item, holding the item and preferring its locations."""
     from pyspark.rdd import RDD
     from pyspark.serializers import CPickleSerializer
 
     jvm = sc._jvm
     assert jvm is not None
 
-    def scala_seq(items: Sequence[Any]) -> Any:
+    def scala_seq(values: Sequence[Any]) -> Any:
         java_list = jvm.java.util.ArrayList()
-        for item in items:
-            java_list.add(item)
+        for value in values:
+            java_list.add(value)
         return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toSeq()
 
     class_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-    element = jvm.scala.Tuple2(
-        bytearray(pickle.dumps(stream_id)), scala_seq([str(loc) for loc in locations])
-    )
-    jrdd = sc._jsc.sc().makeRDD(scala_seq([element]), class_tag)  # type: ignore[union-attr]
+    elements = [
+        jvm.scala.Tuple2(bytearray(pickle.dumps(item)), scala_seq([str(loc) for loc in locs]))
+        for item, locs in items
+    ]
+    jrdd = sc._jsc.sc().makeRDD(scala_seq(elements), class_tag)  # type: ignore[union-attr]
     return RDD(jrdd.toJavaRDD(), sc, CPickleSerializer())
 
 

@@ -225,11 +225,11 @@ class ReceiverTracker:
             self._outbox.send(endpoint, m.CleanupOldBlocks(threshold_ms))
 
     def remove_blocks(self, blocks: Sequence[m.ReceivedBlockInfo]) -> None:
-        """Tell the block stores holding these blocks to drop them (never blocks)."""
+        """Tell every block store holding a copy of these blocks to drop it (never blocks)."""
         by_endpoint: dict[str, list[str]] = defaultdict(list)
         for b in blocks:
-            if b.store_endpoint:
-                by_endpoint[b.store_endpoint].append(b.block_id)
+            for endpoint in b.locations:
+                by_endpoint[endpoint].append(b.block_id)
         for endpoint, names in by_endpoint.items():
             self._outbox.send(endpoint, m.RemoveBlocks(tuple(names)))
 

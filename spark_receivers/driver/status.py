@@ -68,6 +68,14 @@ class StreamingStatus:
     """Why the context failed, when it did."""
     rate_limits: dict[int, float] = field(default_factory=dict)
     """Per stream, the rate backpressure last published."""
+    block_copies: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Per stream, ``(copies, wanted)``: on how many executors its latest block is kept,
+    and how many its storage level asks for (fewer: degraded)."""
+    block_keepers: dict[str, str] = field(default_factory=dict)
+    """The block keeper of each executor that has one: executor id → ``host:port``."""
+    blocks_lost: int = 0
+    records_lost: int = 0
+    """Blocks (and their records) that batches ran without (``lostBlockPolicy=skip``)."""
 
     def receiver(self, stream_id: int) -> ReceiverStatus:
         """The status of the receiver of ``stream_id``; KeyError if there is none."""

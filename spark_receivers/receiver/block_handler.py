@@ -2,16 +2,17 @@
 
 Spark's ``ReceivedBlockHandler`` pair:
 
-* :class:`BlockStoreBasedBlockHandler` puts the block in the task's
-  :class:`~spark_receivers.receiver.block_store.BlockStore` and counts its
-  records; a failed put raises.
+* :class:`BlockStoreBasedBlockHandler` puts the block in its
+  :class:`~spark_receivers.receiver.block_placement.BlockSink` (the block keepers,
+  with their replicas, or the task's own block store) and counts its records; a
+  failed put raises.
 * :class:`WriteAheadLogBasedBlockHandler` serializes the block once as Arrow IPC,
-  then puts it in the block store and writes it to the receiver's write-ahead log
+  then puts it in the sink and writes it to the receiver's write-ahead log
   **in parallel** (two threads), waiting for both up to ``block_store_timeout_s``.
   The result carries the WAL record handle, which travels to the driver in the
   block's ``ReceivedBlockInfo`` so that a batch can read the block from the WAL
-  when its block store is gone. If either side fails (or times out), the block
-  is removed from the store and the call raises: the supervisor then sends no
+  when its block stores are gone. If either side fails (or times out), the block
+  is removed from the sink and the call raises: the supervisor then sends no
   ``AddBlock`` and a ``store(..., reliable=True)`` raises to the receiver.
 
 The receiver WAL lives in ``<checkpoint_dir>/receivedData/<stream_id>`` on any
@@ -37,7 +38,7 @@ import pyarrow as pa
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, ConfigError
-from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.block_placement import BlockSink, Placed
 from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import RecordHandle, WriteAheadLog
 from spark_receivers.wal.block_records import encode_block
@@ -56,12 +57,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BlockStoreResult:
-    """What storing one block produced: its size, record count and WAL handle (if any)."""
+    """What storing one block produced: size, records, where its copies are, WAL handle."""
 
     block_id: str
     num_records: int
     size_bytes: int
     wal_handle: dict[str, Any] | None = None
+    locations: tuple[str, ...] = ()
 
 
 class ReceivedBlockHandler(Protocol):
@@ -69,6 +71,10 @@ class ReceivedBlockHandler(Protocol):
 
     def store_block(self, block_id: str, table: pa.Table, generated_ms: int) -> BlockStoreResult:
         """Store a block; raise :class:`BlockStoreError` if it could not be stored."""
+        ...
+
+    def remove_block(self, result: BlockStoreResult) -> None:
+        """Drop a stored block from wherever it was put (the driver did not take it)."""
         ...
 
     def cleanup_old_blocks(self, threshold_ms: int) -> None:
@@ -81,25 +87,32 @@ class ReceivedBlockHandler(Protocol):
 
 
 class BlockStoreBasedBlockHandler:
-    """Puts blocks in the block store only (no write-ahead log)."""
+    """Puts blocks in a block sink only (no write-ahead log)."""
 
-    def __init__(self, block_store: BlockStore) -> None:
-        self.block_store = block_store
+    def __init__(self, sink: BlockSink) -> None:
+        self.sink = sink
 
     def store_block(self, block_id: str, table: pa.Table, generated_ms: int) -> BlockStoreResult:
-        """Put the block in the store; raise :class:`BlockStoreError` (chained) on failure."""
+        """Put the block in the sink; raise :class:`BlockStoreError` (chained) on failure."""
         try:
-            size = self.block_store.put(block_id, table, generated_ms)
+            placed = self.sink.put(block_id, table, generated_ms)
         except Exception as e:
             msg = f"could not put block {block_id} ({table.num_rows} records) in the block store"
             raise BlockStoreError(msg) from e
-        return BlockStoreResult(block_id, table.num_rows, size)
+        return BlockStoreResult(
+            block_id, table.num_rows, placed.size_bytes, locations=placed.locations
+        )
+
+    def remove_block(self, result: BlockStoreResult) -> None:
+        """Drop the block from where it was put."""
+        self.sink.remove(result.block_id, result.locations)
 
     def cleanup_old_blocks(self, threshold_ms: int) -> None:
         """Nothing to do: blocks leave the store by id when their batch completed."""
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Release the sink."""
+        self.sink.close()
 
 
 class WriteAheadLogBasedBlockHandler:
@@ -114,7 +127,7 @@ class WriteAheadLogBasedBlockHandler:
 
     def __init__(
         self,
-        block_store: BlockStore,
+        sink: BlockSink,
         stream_id: int,
         checkpoint_dir: str,
         config: StreamingConfig,
@@ -127,7 +140,7 @@ class WriteAheadLogBasedBlockHandler:
                 "pass checkpoint_dir=... to StreamingContext"
             )
             raise ConfigError(msg)
-        self.block_store = block_store
+        self.sink = sink
         self.stream_id = stream_id
         self.layout = CheckpointLayout(checkpoint_dir)
         self.log_dir = self.layout.receiver_wal_dir(stream_id)
@@ -159,8 +172,8 @@ class WriteAheadLogBasedBlockHandler:
         removed from the store, so nothing half-stored is served or reported).
         """
         payload = encode_block(table)
-        store_future: cf.Future[int] = self._pool.submit(
-            self.block_store.put, block_id, table, generated_ms
+        store_future: cf.Future[Placed] = self._pool.submit(
+            self.sink.put, block_id, table, generated_ms
         )
         wal_future: cf.Future[RecordHandle] = self._pool.submit(
             self.wal.write, payload, max(generated_ms, self._clock.get_time_ms())
@@ -184,20 +197,28 @@ class WriteAheadLogBasedBlockHandler:
             msg = f"block {block_id} ({table.num_rows} records) of stream {self.stream_id}: {what}"
             raise BlockStoreError(msg) from failure
         handle = wal_future.result()
-        size = store_future.result()
+        placed = store_future.result()
         self.blocks_stored += 1
         self.bytes_logged += len(payload)
-        return BlockStoreResult(block_id, table.num_rows, size, handle.to_dict())
+        return BlockStoreResult(
+            block_id, table.num_rows, placed.size_bytes, handle.to_dict(), placed.locations
+        )
 
-    def _discard(self, block_id: str, store_future: cf.Future[int]) -> None:
-        def remove(_: cf.Future[int]) -> None:
+    def _discard(self, block_id: str, store_future: cf.Future[Placed]) -> None:
+        def remove(future: cf.Future[Placed]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return
             try:
-                self.block_store.remove([block_id])
+                self.sink.remove(block_id, future.result().locations)
             except Exception:
                 log.warning("could not remove half-stored block %s", block_id, exc_info=True)
 
         # Removes now if the put finished, else as soon as it does.
         store_future.add_done_callback(remove)
+
+    def remove_block(self, result: BlockStoreResult) -> None:
+        """Drop the block from where it was put (its WAL record is cleaned by age)."""
+        self.sink.remove(result.block_id, result.locations)
 
     def cleanup_old_blocks(self, threshold_ms: int) -> None:
         """Delete WAL segments whose records are all older than ``threshold_ms`` (async)."""
@@ -207,3 +228,4 @@ class WriteAheadLogBasedBlockHandler:
         """Drop queued work, close the WAL (it waits for a write in progress); idempotent."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.wal.close()
+        self.sink.close()

@@ -1,14 +1,14 @@
 """The block store of one receiver task: blocks kept in memory, spilled to local disk.
 
-Blocks are Arrow tables. With ``StorageLevel.MEMORY_AND_DISK`` a block that does
-not fit in ``memory_budget_bytes`` is written to an Arrow IPC file in a local
-directory; with ``MEMORY_ONLY`` the budget is not enforced. Thread-safe: the
+Blocks are Arrow tables. With a level that uses disk (``MEMORY_AND_DISK``,
+``MEMORY_AND_DISK_2``) a block that does not fit in ``memory_budget_bytes`` is
+written to an Arrow IPC file in a local directory; with ``MEMORY_ONLY`` the
+budget is not enforced. Thread-safe: the
 pushing thread puts, Flight threads read, the control endpoint removes.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import shutil
@@ -20,15 +20,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from spark_receivers.errors import BlockNotFoundError
+from spark_receivers.receiver.storage_level import StorageLevel
 
 log = logging.getLogger(__name__)
-
-
-class StorageLevel(enum.Enum):
-    """Where a receiver's blocks are kept on its executor."""
-
-    MEMORY_ONLY = "memory_only"
-    MEMORY_AND_DISK = "memory_and_disk"
 
 
 @dataclass
@@ -55,6 +49,7 @@ class BlockStore:
         self._spill_dir: str | None = None
         self._blocks: dict[str, _Entry] = {}
         self._memory_bytes = 0
+        self._disk_bytes = 0
         self._lock = threading.Lock()
 
     @property
@@ -62,23 +57,31 @@ class BlockStore:
         """Bytes of blocks held in memory."""
         return self._memory_bytes
 
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of blocks spilled to local disk."""
+        return self._disk_bytes
+
     def __len__(self) -> int:
         return len(self._blocks)
 
     def __contains__(self, name: object) -> bool:
         return name in self._blocks
 
-    def put(self, name: str, table: pa.Table, generated_ms: int) -> int:
+    def put(
+        self, name: str, table: pa.Table, generated_ms: int, use_disk: bool | None = None
+    ) -> int:
         """Store a block; return the bytes of memory it holds.
 
-        A buffer the table references several times (a receiver storing slices of
-        one batch, or the same batch twice) is counted once: this is the memory the
-        block keeps alive, which is what the budget bounds.
+        ``use_disk`` overrides the store's level for this block (a keeper holds the
+        blocks of receivers with different levels). A buffer the table references
+        several times (a receiver storing slices of one batch, or the same batch
+        twice) is counted once: this is the memory the block keeps alive, which is
+        what the budget bounds.
         """
         size = table.get_total_buffer_size()
-        spill = (
-            self._level is StorageLevel.MEMORY_AND_DISK and self._memory_bytes + size > self._budget
-        )
+        spill_ok = self._level.use_disk if use_disk is None else use_disk
+        spill = spill_ok and self._memory_bytes + size > self._budget
         if spill:
             path = self._spill(name, table)
             entry = _Entry(None, path, generated_ms, size, table.num_rows)
@@ -91,6 +94,8 @@ class BlockStore:
             self._blocks[name] = entry
             if entry.table is not None:
                 self._memory_bytes += size
+            else:
+                self._disk_bytes += size
         return size
 
     def get(self, name: str) -> pa.Table:
@@ -128,6 +133,7 @@ class BlockStore:
         with self._lock:
             self._blocks.clear()
             self._memory_bytes = 0
+            self._disk_bytes = 0
             spill, self._spill_dir = self._spill_dir, None
         if spill:
             shutil.rmtree(spill, ignore_errors=True)
@@ -135,18 +141,22 @@ class BlockStore:
     def _drop(self, entry: _Entry) -> None:
         if entry.table is not None:
             self._memory_bytes -= entry.size_bytes
-        elif entry.path:
+            return
+        self._disk_bytes -= entry.size_bytes
+        if entry.path:
             try:
                 os.remove(entry.path)
             except OSError:
                 log.warning("could not remove spilled block file %s", entry.path, exc_info=True)
 
     def _spill(self, name: str, table: pa.Table) -> str:
-        if self._spill_dir is None:
-            self._spill_dir = tempfile.mkdtemp(
-                prefix="spark-receivers-blocks-", dir=self._spill_root
-            )
-        path = os.path.join(self._spill_dir, f"{name}.arrow")
+        with self._lock:  # several threads may spill at once (a keeper's puts)
+            if self._spill_dir is None:
+                self._spill_dir = tempfile.mkdtemp(
+                    prefix="spark-receivers-blocks-", dir=self._spill_root
+                )
+            spill_dir = self._spill_dir
+        path = os.path.join(spill_dir, f"{name}.arrow")
         with pa.OSFile(path, "wb") as sink, ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         return path

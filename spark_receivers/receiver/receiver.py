@@ -10,13 +10,13 @@ import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.bad_records import BadRecordPolicy, DeadLetterWriter
-from spark_receivers.receiver.block_store import StorageLevel
 from spark_receivers.receiver.schema import (
     DEFAULT_SCHEMA,
     SchemaLike,
     as_arrow_schema,
     is_block_data,
 )
+from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.util.extras import Requirement, require
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,14 @@ class Receiver:
     checked once, on the driver, when the receiver (or its class) is made: a
     schema Spark could not read raises :class:`ConfigError` there.
 
+    ``storage_level`` says where its blocks are kept: by default
+    ``MEMORY_AND_DISK_2``, as in Spark — in the block keeper of the receiver's
+    executor (memory, spilling to disk) and copied to a second executor before the
+    driver hears of a block, so losing the receiver's task or its executor loses
+    nothing the driver accepted. It takes a :class:`StorageLevel`, its name or
+    PySpark's ``StorageLevel`` (``StorageLevel.MEMORY_AND_DISK_2``), mapped by its
+    flags; anything else is a :class:`ConfigError`.
+
     The receiver object is pickled (cloudpickle) to the executor; keep
     connections and threads out of ``__init__``.
 
@@ -114,7 +122,7 @@ class Receiver:
     requires: ClassVar[tuple[Requirement, ...]] = ()
 
     # Class-level defaults, so that a subclass that forgets super().__init__() works.
-    storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK
+    storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK_2
     preferred_location: str | None = None
     schema: pa.Schema = DEFAULT_SCHEMA
     bad_record_policy: BadRecordPolicy = BadRecordPolicy.SKIP
@@ -128,14 +136,16 @@ class Receiver:
 
     def __init__(
         self,
-        storage_level: StorageLevel = StorageLevel.MEMORY_AND_DISK,
+        storage_level: StorageLevel | str | Any = StorageLevel.MEMORY_AND_DISK_2,
         *,
         schema: SchemaLike | None = None,
         preferred_location: str | None = None,
         bad_record_policy: str | BadRecordPolicy = "skip",
         dead_letter_dir: str | None = None,
     ) -> None:
-        self.storage_level = storage_level
+        self.storage_level = StorageLevel.of(
+            storage_level, f"{type(self).__name__}(storage_level=...)"
+        )
         self.preferred_location = preferred_location
         if schema is not None:
             self.schema = as_arrow_schema(schema, f"{type(self).__name__}(schema=...)")

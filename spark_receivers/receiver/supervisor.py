@@ -19,10 +19,13 @@ driver (``StopReceiver``, ``ReleaseReceiver``, ``CleanupOldBlocks``,
 ``RemoveBlocks``, ``UpdateRateLimit``) and serves blocks to batch readers
 (Arrow Flight, authenticated).
 
-Blocks are stored through a :mod:`~spark_receivers.receiver.block_handler`:
-the block store only, or the block store and the receiver write-ahead log in
-parallel when ``receiver_wal_enabled``; a block whose storing failed is never
-reported to the driver.
+Blocks are stored through a :mod:`~spark_receivers.receiver.block_handler`
+into a :mod:`~spark_receivers.receiver.block_placement` sink — the block keeper
+of this executor and, for a ``_2`` storage level, one on another executor (the
+task's own block store when ``spark.receivers.blockKeeper.enabled`` is false) —
+and into the receiver write-ahead log in parallel when ``receiver_wal_enabled``
+(replication then drops to 1, as in Spark). A block whose storing failed is
+never reported to the driver; ``AddBlock`` names every copy.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ from spark_receivers.receiver.block_handler import (
     BlockStoreBasedBlockHandler,
     ReceivedBlockHandler,
     WriteAheadLogBasedBlockHandler,
+)
+from spark_receivers.receiver.block_placement import (
+    BlockSink,
+    InProcessSink,
+    KeeperSink,
+    effective_level,
+    keeper_sink,
 )
 from spark_receivers.receiver.block_server import BlockServer
 from spark_receivers.receiver.block_store import BlockStore
@@ -103,15 +113,22 @@ class ReceiverSupervisor:
         self._seq = itertools.count()
         self._schema = receiver.schema
         self._default_schema = is_default(self._schema)
-        self.block_store = BlockStore(receiver.storage_level)
+        self.storage_level = effective_level(receiver.storage_level, config, stream_id)
+        self.block_store = BlockStore(self.storage_level)
+        self._tracker = EndpointClient(tracker_address, secret)
+        sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
+        if config.block_keeper_enabled:
+            sink = keeper_sink(
+                stream_id, executor_id, host, secret, self.storage_level, self._tracker, config
+            )
+        self._sink = sink
         self.block_handler: ReceivedBlockHandler
         if config.receiver_wal_enabled:
             self.block_handler = WriteAheadLogBasedBlockHandler(
-                self.block_store, stream_id, config.checkpoint_dir, config, self._clock
+                sink, stream_id, config.checkpoint_dir, config, self._clock
             )
         else:
-            self.block_handler = BlockStoreBasedBlockHandler(self.block_store)
-        self._tracker = EndpointClient(tracker_address, secret)
+            self.block_handler = BlockStoreBasedBlockHandler(sink)
         self._server = BlockServer(
             stream_id,
             host,
@@ -167,6 +184,14 @@ class ReceiverSupervisor:
                 )
                 raise StateError(msg)
             self._state = SupervisorState.STARTED
+        if isinstance(self._sink, KeeperSink):
+            try:
+                self._sink.start()
+            except Exception as e:  # noqa: BLE001 - the supervisor stops with the cause
+                threading.Thread(
+                    target=self.stop, args=("Could not start the block keeper", e), daemon=True
+                ).start()
+                return
         self._generator.start()
         self._start_receiver()
 
@@ -345,23 +370,25 @@ class ReceiverSupervisor:
         name = block_id.name
         # Raises (no AddBlock) when the block store or the WAL failed.
         stored = self.block_handler.store_block(name, table, generated_ms)
+        first, *replicas = stored.locations or (self.endpoint,)
         info = m.ReceivedBlockInfo(
             stream_id=self.stream_id,
             block_id=name,
             num_records=stored.num_records,
             generated_ms=generated_ms,
-            store_endpoint=self.endpoint,
+            store_endpoint=first,
             size_bytes=stored.size_bytes,
             wal_handle=stored.wal_handle,
             metadata=metadata,
+            replica_endpoints=tuple(replicas),
         )
         try:
             ok = self._tracker.call(m.AddBlock(info))
         except Exception:
-            self._server.remove([name])
+            self.block_handler.remove_block(stored)
             raise
         if not ok:
-            self._server.remove([name])
+            self.block_handler.remove_block(stored)
             msg = f"Failed to add block {name} to receiver tracker"
             raise ReceiverError(msg)
         self.records_stored += table.num_rows

@@ -61,9 +61,11 @@ class StreamBlockId:
 class ReceivedBlockInfo:
     """What the driver knows about one stored block.
 
-    ``store_endpoint`` is the ``host:port`` of the block server holding it (None
-    when it is known not to be in any store, e.g. after recovery);
-    ``wal_handle`` is the block's write-ahead log record when the receiver WAL is on.
+    ``store_endpoint`` is the ``host:port`` of the block store holding the first
+    copy (the block keeper on the receiver's executor; None when the block is
+    known to be in no store, e.g. after recovery) and ``replica_endpoints`` those
+    of the other copies, on other executors; ``wal_handle`` is the block's
+    write-ahead log record when the receiver WAL is on.
     """
 
     stream_id: int
@@ -74,10 +76,26 @@ class ReceivedBlockInfo:
     size_bytes: int = 0
     wal_handle: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    replica_endpoints: tuple[str, ...] = ()
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """Every block store holding a copy, the first copy first."""
+        if self.store_endpoint is None:
+            return self.replica_endpoints
+        return (self.store_endpoint, *self.replica_endpoints)
+
+    @staticmethod
+    def from_dict(raw: dict[str, Any]) -> ReceivedBlockInfo:
+        """A block info from its JSON form (as written by ``asdict`` or the driver WAL)."""
+        replicas = raw.get("replica_endpoints")
+        if replicas is not None and not isinstance(replicas, tuple):
+            raw = {**raw, "replica_endpoints": tuple(replicas)}
+        return ReceivedBlockInfo(**raw)
 
     def without_store(self) -> ReceivedBlockInfo:
         """The block as known after recovery: in no block store, only in the WAL."""
-        if self.store_endpoint is None:
+        if self.store_endpoint is None and not self.replica_endpoints:
             return self
         # Built directly: dataclasses.replace's per-call overhead dominated the
         # replay of 100,000 blocks.
@@ -130,6 +148,43 @@ class DeregisterReceiver:
     stream_id: int
     message: str
     error: str
+
+
+@dataclass(frozen=True)
+class RegisterBlockKeeper:
+    """A block keeper serves blocks on executor ``executor_id``; replied with True."""
+
+    executor_id: str
+    host: str
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class GetReplicaTargets:
+    """Block keepers on executors other than ``executor_id``; replied with their endpoints."""
+
+    stream_id: int
+    executor_id: str
+
+
+@dataclass(frozen=True)
+class ReportReplication:
+    """A receiver's blocks now have ``achieved`` of ``wanted`` copies; one-way."""
+
+    stream_id: int
+    wanted: int
+    achieved: int
+    message: str
+
+
+@dataclass(frozen=True)
+class ReportLostBlock:
+    """A batch read skipped a block in no store (``lostBlockPolicy=skip``); one-way."""
+
+    stream_id: int
+    block_id: str
+    num_records: int
+    reason: str
 
 
 # --- remote messages to the tracker from a Structured Streaming reader --------
@@ -212,11 +267,28 @@ class ReleaseReceiver:
     """
 
 
+# --- remote messages to a block keeper (executor) ----------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseKeeper:
+    """No batch will read this keeper's blocks any more: drop them all and exit."""
+
+
+@dataclass(frozen=True)
+class DescribeKeeper:
+    """How many blocks and bytes the keeper holds; replied with a dict."""
+
+
 TrackerMessage = (
     RegisterReceiver
     | AddBlock
     | ReportError
     | DeregisterReceiver
+    | RegisterBlockKeeper
+    | GetReplicaTargets
+    | ReportReplication
+    | ReportLostBlock
     | DescribeStream
     | StreamOffsets
     | AllocateOffsets
@@ -227,7 +299,10 @@ SupervisorMessage = (
     StopReceiver | CleanupOldBlocks | RemoveBlocks | UpdateRateLimit | ReleaseReceiver
 )
 
+KeeperMessage = RemoveBlocks | ReleaseKeeper | DescribeKeeper
+
 TRACKER_MESSAGES: tuple[type, ...] = typing.get_args(TrackerMessage)
+KEEPER_MESSAGES: tuple[type, ...] = typing.get_args(KeeperMessage)
 SUPERVISOR_MESSAGES: tuple[type, ...] = typing.get_args(SupervisorMessage)
 
 T = TypeVar("T")

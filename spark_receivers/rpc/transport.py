@@ -51,7 +51,9 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
 
     ``handler(message)`` answers control actions (run on gRPC threads, may block
     briefly); ``block_reader(ticket_bytes)`` returns a :class:`pyarrow.Table` for
-    ``do_get``. Messages are decoded against ``accepted`` only.
+    ``do_get``; ``block_writer(command_bytes, table)`` takes a table sent by
+    ``do_put`` (its return is the acknowledgement; raising refuses it). Messages
+    are decoded against ``accepted`` only.
     """
 
     def __init__(
@@ -65,8 +67,10 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         max_message_bytes: int = 4 * 1024 * 1024,
         port: int = 0,
         tls: TlsConfig | None = None,
+        block_writer: Callable[[bytes, pa.Table], None] | None = None,
     ) -> None:
         self._name = name
+        self._block_writer = block_writer
         self._accepted = accepted
         self._handler = handler
         self._block_reader = block_reader
@@ -117,6 +121,27 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         except Exception as e:  # noqa: BLE001 - any read failure is the client's error reply
             raise flight.FlightServerError(str(e)) from None
         return flight.RecordBatchStream(table)
+
+    def do_put(
+        self,
+        context: Any,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        """Take the table a client sends; returning normally acknowledges it."""
+        if self._block_writer is None:
+            msg = f"{self._name} takes no blocks"
+            raise flight.FlightServerError(msg)
+        command = descriptor.command or b""
+        if len(command) > self._max_message_bytes:
+            msg = f"{self._name}: a put descriptor of {len(command)} bytes is too large"
+            raise flight.FlightServerError(msg)
+        table = reader.read_all()
+        try:
+            self._block_writer(command, table)
+        except Exception as e:  # noqa: BLE001 - any store failure is the client's error reply
+            raise flight.FlightServerError(str(e)) from None
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The control messages this endpoint accepts."""
@@ -179,6 +204,22 @@ class EndpointClient:
             raise AuthenticationError(msg) from e
         except (flight.FlightError, OSError) as e:
             msg = f"reading {ticket[:100]!r} from {self.address} failed: {e}"
+            raise RpcError(msg) from e
+
+    def put_table(self, command: bytes, table: pa.Table, timeout_s: float | None = None) -> None:
+        """Send ``table`` with ``do_put``; return once the server took it, else raise."""
+        descriptor = flight.FlightDescriptor.for_command(command)
+        try:
+            writer, _ = self._client.do_put(descriptor, table.schema, self._options(timeout_s))
+            try:
+                writer.write_table(table)
+            finally:
+                writer.close()
+        except flight.FlightUnauthenticatedError as e:
+            msg = f"{self.address} refused our credentials: {e}"
+            raise AuthenticationError(msg) from e
+        except (flight.FlightError, OSError) as e:
+            msg = f"putting {command[:100]!r} to {self.address} failed: {e}"
             raise RpcError(msg) from e
 
     def close(self) -> None:

@@ -1,13 +1,13 @@
-"""Fetching one block: from its receiver's block store, else from the receiver WAL.
+"""Fetching one block: from a block store holding a copy, else from the receiver WAL.
 
-Runs in the Python worker of a batch read task. The block store is tried first
-(the common case, no disk read); when it cannot serve the block (its receiver
-task or executor is gone, or the block was recovered after a driver restart and
-is known to be in no store) the block's write-ahead log record is read from
-``<checkpoint_dir>/receivedData`` on the checkpoint's filesystem. A block that
-is in neither raises :class:`~spark_receivers.errors.BlockNotFoundError` whose
-message names it and starts with :data:`LOST_BLOCK_MARKER`, so the driver can
-report the loss to listeners.
+Runs in the Python worker of a batch read task. The block stores holding its
+copies are tried in turn (those on this host first, then in the order the block
+names them); when none can serve it (their executors are gone, or the block was
+recovered after a driver restart and is known to be in no store) the block's
+write-ahead log record is read from ``<checkpoint_dir>/receivedData`` on the
+checkpoint's filesystem. A block that is in none of them raises
+:class:`~spark_receivers.errors.BlockNotFoundError` whose message names it and
+starts with :data:`LOST_BLOCK_MARKER`, so the driver can report the loss.
 """
 
 from __future__ import annotations
@@ -73,15 +73,20 @@ def fetch_block(
     Raises :class:`BlockNotFoundError` naming the block (and both causes) when it
     is in neither.
     """
-    store_error: Exception | None = None
-    if info.store_endpoint:
-        client = _client(info.store_endpoint, secret)
+    errors: list[str] = []
+    for endpoint in nearest_first(info.locations):
+        client = _client(endpoint, secret)
         try:
             return client.read_table(info.block_id.encode(), timeout_s)
         except RpcError as e:
-            store_error = e
-            _drop_client(info.store_endpoint, secret)
-    where = f"its block store at {info.store_endpoint}" if info.store_endpoint else "no block store"
+            errors.append(f"{endpoint}: {e}")
+            _drop_client(endpoint, secret)
+    store_error = "; ".join(errors) or None
+    where = (
+        f"its block store(s) at {', '.join(info.locations)}" if info.locations else "no block store"
+    )
+    if errors:
+        log.warning("block %s is in none of its block stores (%s)", info.block_id, store_error)
     if info.wal_handle is not None and checkpoint_dir:
         from spark_receivers.wal.block_records import read_block_from_wal
 
@@ -107,15 +112,49 @@ def fetch_block(
         hint = "it has a write-ahead log record but the batch reader got no checkpoint_dir"
     else:
         hint = (
-            "it has no write-ahead log record; enable receiver_wal_enabled with a "
-            "checkpoint_dir to survive the loss of a receiver"
+            "it has no write-ahead log record; keep blocks on two executors (storage "
+            "level MEMORY_AND_DISK_2, the default, with block keepers on) or enable "
+            "receiver_wal_enabled with a checkpoint_dir to survive the loss of an executor"
         )
     msg = (
         f"{LOST_BLOCK_MARKER} {info.block_id} of stream {info.stream_id} "
         f"({info.num_records} records) could not be read: it is in {where} "
         f"({store_error}); {hint}"
     )
-    raise BlockNotFoundError(msg) from store_error
+    raise BlockNotFoundError(msg)
+
+
+def report_lost_block(
+    tracker: str | None, secret: str, info: ReceivedBlockInfo, reason: str
+) -> None:
+    """Tell the driver a read left ``info`` out (``lostBlockPolicy=skip``); logged, never raises."""
+    log.error("skipping lost block %s (%d records): %s", info.block_id, info.num_records, reason)
+    if not tracker:
+        return
+    from spark_receivers.rpc.messages import ReportLostBlock
+
+    try:
+        _client(tracker, secret).call(
+            ReportLostBlock(info.stream_id, info.block_id, info.num_records, reason[:2000]),
+            timeout_s=30.0,
+        )
+    except RpcError:
+        log.warning("could not report lost block %s to the driver", info.block_id, exc_info=True)
+
+
+def nearest_first(locations: tuple[str, ...]) -> list[str]:
+    """``locations`` with those on this host first (a loopback read), the order kept otherwise."""
+    if len(locations) < 2:
+        return list(locations)
+    here = _local_host()
+    return sorted(locations, key=lambda loc: loc.rsplit(":", 1)[0] != here)
+
+
+@functools.cache
+def _local_host() -> str:
+    from spark_receivers.rpc.hosts import local_host
+
+    return local_host()
 
 
 def lost_blocks_in(error: BaseException) -> list[tuple[str, int, int, str]]:

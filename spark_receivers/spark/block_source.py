@@ -7,8 +7,9 @@ one Python task per block costs more than the reading) of about equal record
 counts; each is read on an executor as Arrow record batches from the block
 server of the receiver that holds it (authenticated), falling back to the block's record in
 the receiver write-ahead log under the ``checkpoint_dir`` option. A block that
-cannot be read fails the batch with an error that names it: never silently
-skipped.
+cannot be read fails the batch with an error that names it — or, with
+``lost_block_policy=skip``, is left out and reported to the driver's tracker
+(``ReportLostBlock``): never silently skipped.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
         self._secret = options[SECRET_OPTION]
         self._timeout_s = float(options.get("timeout_s", "60"))
         self._checkpoint_dir = options.get("checkpoint_dir") or None
+        self._lost_block_policy = options.get("lost_block_policy", "fail")
+        self._tracker = options.get("tracker") or None
         self._max_partitions = int(options.get("max_partitions", "0")) or len(self._blocks)
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -106,16 +109,19 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the record batches of the partition's blocks, block after block."""
-        from spark_receivers.spark.block_fetch import fetch_block
+        from spark_receivers.errors import BlockNotFoundError
+        from spark_receivers.spark.block_fetch import fetch_block, report_lost_block
 
         assert isinstance(partition, BlockPartition)
         for block in partition.blocks:
-            table = fetch_block(
-                ReceivedBlockInfo(**block),
-                self._secret,
-                self._timeout_s,
-                self._checkpoint_dir,
-            )
+            info = ReceivedBlockInfo.from_dict(block)
+            try:
+                table = fetch_block(info, self._secret, self._timeout_s, self._checkpoint_dir)
+            except BlockNotFoundError as e:
+                if self._lost_block_policy != "skip":
+                    raise
+                report_lost_block(self._tracker, self._secret, info, str(e))
+                continue
             yield from conform(table, self._arrow_schema()).to_batches()
 
 
@@ -165,11 +171,15 @@ def blocks_dataframe(
     secret: str,
     checkpoint_dir: str | None = None,
     max_partitions: int | None = None,
+    lost_block_policy: str = "fail",
+    tracker: str | None = None,
 ) -> DataFrame:
     """A DataFrame over ``blocks`` (an empty one when there are none).
 
     ``checkpoint_dir`` lets readers fall back to the receiver WAL;
-    ``max_partitions`` defaults to Spark's default parallelism.
+    ``max_partitions`` defaults to Spark's default parallelism;
+    ``lost_block_policy`` ``skip`` leaves out a block in no store (reported to
+    the ``tracker`` endpoint) instead of failing the read.
     """
     if not blocks:
         return spark.createDataFrame([], schema)
@@ -185,6 +195,10 @@ def blocks_dataframe(
     )
     if checkpoint_dir:
         reader = reader.option("checkpoint_dir", checkpoint_dir)
+    if lost_block_policy != "fail":
+        reader = reader.option("lost_block_policy", lost_block_policy)
+    if tracker:
+        reader = reader.option("tracker", tracker)
     return reader.load()
 
 

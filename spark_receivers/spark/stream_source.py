@@ -179,7 +179,7 @@ class ReceiverStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         assert isinstance(partition, SlicePartition)
         for info, first, rows in partition.slices:
             table = fetch_block(
-                m.ReceivedBlockInfo(**info),
+                m.ReceivedBlockInfo.from_dict(info),
                 self._tracker.secret,
                 self._tracker.timeout_s,
                 self._checkpoint_dir,

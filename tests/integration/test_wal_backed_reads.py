@@ -11,6 +11,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockNotFoundError
 from spark_receivers.receiver.block_handler import WriteAheadLogBasedBlockHandler
+from spark_receivers.receiver.block_placement import InProcessSink
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
@@ -30,7 +31,9 @@ class Blocks:
         self.secret = new_secret()
         self.store = BlockStore()
         cfg = StreamingConfig(receiver_wal_enabled=True, receiver_wal_fsync=False)
-        self.handler = WriteAheadLogBasedBlockHandler(self.store, 0, ckpt, cfg)
+        self.handler = WriteAheadLogBasedBlockHandler(
+            InProcessSink(self.store, lambda: self.server.address), 0, ckpt, cfg
+        )
         self.server = FlightEndpoint(
             "test-blocks",
             "127.0.0.1",

@@ -20,6 +20,7 @@ from spark_receivers.receiver.block_handler import (
     BlockStoreBasedBlockHandler,
     WriteAheadLogBasedBlockHandler,
 )
+from spark_receivers.receiver.block_placement import InProcessSink
 from spark_receivers.receiver.block_store import BlockStore, StorageLevel
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.supervisor import ReceiverSupervisor
@@ -56,18 +57,23 @@ def config(**overrides) -> StreamingConfig:
     return StreamingConfig(**values)
 
 
+def in_process(store: BlockStore) -> InProcessSink:
+    return InProcessSink(store, lambda: "127.0.0.1:1")
+
+
 def wal_handler(ckpt, clock=None, wal=None, **cfg) -> WriteAheadLogBasedBlockHandler:
     return WriteAheadLogBasedBlockHandler(
-        BlockStore(StorageLevel.MEMORY_ONLY), 0, str(ckpt), config(**cfg), clock, wal
+        in_process(BlockStore(StorageLevel.MEMORY_ONLY)), 0, str(ckpt), config(**cfg), clock, wal
     )
 
 
 def test_block_store_handler_stores_and_counts_records():
     store = BlockStore()
-    handler = BlockStoreBasedBlockHandler(store)
+    handler = BlockStoreBasedBlockHandler(in_process(store))
     result = handler.store_block("input-0-1-0", table(0, 7), 100)
     assert (result.block_id, result.num_records, result.wal_handle) == ("input-0-1-0", 7, None)
     assert result.size_bytes > 0
+    assert result.locations == ("127.0.0.1:1",)
     assert store.get("input-0-1-0") == table(0, 7)
 
 
@@ -77,13 +83,13 @@ def test_block_store_handler_raises_when_the_store_throws():
             raise OSError(errno.ENOSPC, "disk full")
 
     with pytest.raises(BlockStoreError, match="input-0-1-0") as info:
-        BlockStoreBasedBlockHandler(Broken()).store_block("input-0-1-0", table(0), 1)
+        BlockStoreBasedBlockHandler(in_process(Broken())).store_block("input-0-1-0", table(0), 1)
     assert isinstance(info.value.__cause__, OSError)
 
 
 def test_wal_handler_needs_a_checkpoint_dir():
     with pytest.raises(ConfigError, match="without checkpoint directory set"):
-        WriteAheadLogBasedBlockHandler(BlockStore(), 0, "", config())
+        WriteAheadLogBasedBlockHandler(in_process(BlockStore()), 0, "", config())
 
 
 def test_wal_handler_stores_blocks_that_read_back_from_the_wal_segments(tmp_path):
@@ -101,7 +107,7 @@ def test_wal_handler_stores_blocks_that_read_back_from_the_wal_segments(tmp_path
     assert len(segments) >= 2
     # The block store and the WAL hold the same data.
     for i, t in enumerate(tables):
-        assert handler.block_store.get(f"input-0-1-{i}") == t
+        assert handler.sink.store.get(f"input-0-1-{i}") == t
     # Every handle reads back, through the reader batch tasks use.
     for r, t in zip(results, tables, strict=True):
         assert read_block_from_wal(str(tmp_path), 0, r.wal_handle) == t
@@ -129,7 +135,7 @@ def test_a_failed_wal_write_fails_the_block_and_leaves_nothing_in_the_store(tmp_
         handler.store_block("input-0-1-0", table(0), 1_000)
     assert isinstance(info.value.__cause__, WriteAheadLogError)
     handler._pool.submit(lambda: None).result()  # the store put's done-callback has run
-    assert "input-0-1-0" not in handler.block_store
+    assert "input-0-1-0" not in handler.sink.store
     # Progress resumes once the fault is cleared.
     ok = handler.store_block("input-0-1-1", table(10), 1_001)
     assert read_block_from_wal(str(tmp_path), 0, ok.wal_handle) == table(10)
@@ -143,7 +149,7 @@ def test_an_oversized_block_is_refused(tmp_path):
     with pytest.raises(BlockStoreError, match="max_record_bytes"):
         handler.store_block("input-0-1-0", table(0, 1000), 1_000)
     handler._pool.submit(lambda: None).result()
-    assert len(handler.block_store) == 0
+    assert len(handler.sink.store) == 0
     handler.close()
 
 
@@ -152,7 +158,7 @@ def test_a_throwing_block_store_fails_the_block(tmp_path):
         def put(self, name, table, generated_ms):
             raise OSError(errno.ENOSPC, "spill disk full")
 
-    handler = WriteAheadLogBasedBlockHandler(Broken(), 0, str(tmp_path), config())
+    handler = WriteAheadLogBasedBlockHandler(in_process(Broken()), 0, str(tmp_path), config())
     with pytest.raises(BlockStoreError, match=r"block store failed.*spill disk full"):
         handler.store_block("input-0-1-0", table(0), 1_000)
     handler.close()
@@ -184,7 +190,7 @@ def test_a_wal_write_past_the_block_store_timeout_fails_the_block(tmp_path):
     with pytest.raises(BlockStoreError, match=r"not stored within block_store_timeout_s=0\.2"):
         handler.store_block("input-0-1-0", table(0), 1_000)
     handler.close()
-    assert "input-0-1-0" not in handler.block_store
+    assert "input-0-1-0" not in handler.sink.store
 
 
 def test_wal_cleanup_deletes_old_segments_only(tmp_path):
@@ -253,7 +259,10 @@ def supervised(tmp_path):
     secret = new_secret()
     tracker = FakeTracker(secret)
     receiver = Idle()
-    cfg = config(checkpoint_dir=str(tmp_path), receiver_drain_timeout_s=1.0)
+    # The task's own block store: these tests look at it next to the WAL.
+    cfg = config(
+        checkpoint_dir=str(tmp_path), receiver_drain_timeout_s=1.0, block_keeper_enabled=False
+    )
     sup = ReceiverSupervisor(
         receiver, 0, tracker.endpoint.address, secret, cfg, "127.0.0.1", "driver"
     )
@@ -302,7 +311,7 @@ def test_cleanup_old_blocks_cleans_the_receiver_wal_not_the_block_store(supervis
     _receiver, sup, _tracker, secret = supervised
     clock = ManualClock(1_000_000)
     sup.block_handler = handler = wal_handler(tmp_path, clock)
-    handler.block_store = sup.block_store
+    handler.sink.store = sup.block_store
     for i in range(4):
         handler.store_block(f"input-0-1-{i}", table(i), clock.get_time_ms())
         clock.advance(2_000)

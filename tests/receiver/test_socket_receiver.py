@@ -14,7 +14,6 @@ from spark_receivers import SocketTextReceiver
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receivers.socket_text import _split_lines
 from spark_receivers.rpc import messages as m
-from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.testing import StandInTracker, supervise
 
 GOOD_BEFORE = [f"good {i}" for i in range(50)]
@@ -61,21 +60,11 @@ def tracker():
     t.close()
 
 
-def stored_values(tracker: StandInTracker, endpoint: str) -> list[str]:
-    client = EndpointClient(endpoint, tracker.secret)
-    values: list[str] = []
-    for add in tracker.of(m.AddBlock):
-        values += client.read_table(add.block_info.block_id.encode()).column("value").to_pylist()
-    return values
-
-
 def run(tracker, receiver, expected_records: int):
     sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
     sup.start()
     tracker.wait_for(lambda: tracker.records() >= expected_records)
-    values = stored_values(tracker, sup.endpoint)
-    names = tuple(a.block_info.block_id for a in tracker.of(m.AddBlock))
-    EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
+    values = tracker.stored_table(sup).column("value").to_pylist()
     sup.stop("test over")
     sup.await_termination(15)
     return values
@@ -144,8 +133,6 @@ def test_reconnects_after_the_connection_drops(tracker):
         tracker.wait_for(lambda: tracker.records() >= 4)  # two connections' worth
         assert server.connections >= 2
         assert len(tracker.of(m.RegisterReceiver)) >= 2
-        names = tuple(a.block_info.block_id for a in tracker.of(m.AddBlock))
-        EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
         sup.stop("test over")
         sup.await_termination(15)
     finally:
@@ -182,8 +169,7 @@ def test_include_timestamp_adds_when_the_lines_were_read(tracker):
         sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
         sup.start()
         tracker.wait_for(lambda: tracker.records() >= 2)
-        client = EndpointClient(sup.endpoint, tracker.secret)
-        tables = [client.read_table(a.block_info.block_id.encode()) for a in tracker.of(m.AddBlock)]
+        tables = [tracker.stored_table(sup)]
         sup.stop("test over")
         sup.await_termination(15)
     finally:

@@ -1,0 +1,191 @@
+"""A block keeper: an executor's received blocks, in a process that outlives the receivers.
+
+Spark keeps received blocks in the executor's block manager, not in the receiver's
+task, so a receiver task that dies loses no block; with a ``_2`` storage level a
+copy is on a second executor before the driver hears of the block. Our receivers
+run in Python workers, which die with their task, so each executor gets one
+keeper process per streaming context (``python -m
+spark_receivers.receiver.block_keeper``, started by
+:func:`spark_receivers.receiver.keeper_process.ensure_local_keeper`): the
+supervisors put every block in the keeper of their own executor and, for a
+replicated level, in the keeper of another executor, before ``AddBlock``.
+
+A keeper is an authenticated Arrow Flight endpoint (the context's secret):
+
+* ``do_put`` takes a block (descriptor: ``{"block", "generated_ms", "use_disk"}``
+  as JSON), kept in a :class:`~spark_receivers.receiver.block_store.BlockStore`
+  (memory up to its budget, then local disk for levels that allow it);
+* ``do_get`` serves a block to batch readers;
+* ``RemoveBlocks`` drops blocks whose batch completed (sent by the driver to
+  every copy); ``ReleaseKeeper`` drops everything and ends the process (the
+  context stopped); ``DescribeKeeper`` says what it holds.
+
+It ends by itself when the process it watches (its executor's JVM) is gone:
+blocks live as long as their executor, as Spark's do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from spark_receivers.errors import RpcError, StateError
+from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.storage_level import StorageLevel
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.transport import FlightEndpoint
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BlockKeeper", "KeeperSettings", "process_alive"]
+
+
+@dataclass(frozen=True)
+class KeeperSettings:
+    """What a keeper process is started with (sent on its stdin, never on its command line)."""
+
+    secret: str
+    host: str
+    watch_pid: int
+    watch_start: str = ""
+    """The watched process's start time (``/proc/<pid>/stat``), so a reused pid is not it."""
+    memory_budget_bytes: int = 512 * 1024 * 1024
+    spill_dir: str | None = None
+    max_message_bytes: int = 4 * 1024 * 1024
+    port: int = 0
+
+
+def process_start(pid: int) -> str:
+    """The start time of process ``pid`` as the kernel tells it ('' when unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_alive(pid: int, start: str = "") -> bool:
+    """True while ``pid`` runs (and, when ``start`` is given, is the process that started then)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not start or process_start(pid) in (start, "")
+
+
+class BlockKeeper:
+    """The keeper server; see the module doc. Thread-safe."""
+
+    def __init__(self, settings: KeeperSettings) -> None:
+        self.settings = settings
+        self.store = BlockStore(
+            StorageLevel.MEMORY_AND_DISK, settings.memory_budget_bytes, settings.spill_dir
+        )
+        self._released = threading.Event()
+        self._endpoint = FlightEndpoint(
+            "block-keeper",
+            settings.host,
+            settings.secret,
+            m.KEEPER_MESSAGES,
+            self._handle,
+            self._read,
+            settings.max_message_bytes,
+            port=settings.port,
+            block_writer=self._put,
+        )
+
+    @property
+    def address(self) -> str:
+        """``host:port`` supervisors and readers connect to."""
+        return self._endpoint.address
+
+    def serve(self, poll_s: float = 0.5) -> str:
+        """Serve until released or the watched process is gone; return why it ended."""
+        s = self.settings
+        why = "released by the driver"
+        while not self._released.wait(poll_s):
+            if not process_alive(s.watch_pid, s.watch_start):
+                why = f"process {s.watch_pid} (its executor) is gone"
+                break
+        self.close()
+        return why
+
+    def close(self) -> None:
+        """Stop serving and drop every block; idempotent."""
+        self._released.set()
+        self._endpoint.close()
+        self.store.clear()
+
+    def describe(self) -> dict[str, Any]:
+        """What the keeper holds: blocks, bytes in memory and on disk, its pid."""
+        return {
+            "blocks": len(self.store),
+            "memory_bytes": self.store.memory_bytes,
+            "disk_bytes": self.store.disk_bytes,
+            "pid": os.getpid(),
+        }
+
+    def _put(self, command: bytes, table: pa.Table) -> None:
+        try:
+            spec = json.loads(command.decode("utf-8"))
+            name, generated_ms = spec["block"], spec["generated_ms"]
+            use_disk = bool(spec.get("use_disk", True))
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+            msg = f"a block put needs a JSON descriptor with block and generated_ms: {e}"
+            raise RpcError(msg) from None
+        m.StreamBlockId.parse(name)
+        if not isinstance(generated_ms, int) or isinstance(generated_ms, bool):
+            msg = f"generated_ms of block {name} must be an integer, got {generated_ms!r:.40}"
+            raise RpcError(msg)
+        if self._released.is_set():
+            msg = "this block keeper was released: its context stopped"
+            raise StateError(msg)
+        self.store.put(name, table, generated_ms, use_disk)
+
+    def _read(self, ticket: bytes) -> pa.Table:
+        name = ticket.decode("ascii", "replace")
+        m.StreamBlockId.parse(name)
+        return self.store.get(name)
+
+    def _handle(self, message: m.KeeperMessage) -> Any:
+        match message:
+            case m.RemoveBlocks(block_ids=ids):
+                return self.store.remove(ids)
+            case m.ReleaseKeeper():
+                threading.Thread(target=self.close, name="keeper-release", daemon=True).start()
+                return True
+            case m.DescribeKeeper():
+                return self.describe()
+        msg = f"unexpected message {message!r:.100}"
+        raise RpcError(msg)
+
+
+def main() -> int:
+    """Run a keeper: settings as JSON on stdin, its address as one JSON line on stdout."""
+    logging.basicConfig(
+        level=os.environ.get("SPARK_RECEIVERS_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s block-keeper[%(process)d] %(name)s: %(message)s",
+    )
+    settings = KeeperSettings(**json.loads(sys.stdin.read()))
+    keeper = BlockKeeper(settings)
+    sys.stdout.write(json.dumps({"address": keeper.address, "pid": os.getpid()}) + "\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the starter stops reading: later writes must not hit a closed pipe
+    log.info("block keeper at %s for process %d", keeper.address, settings.watch_pid)
+    why = keeper.serve()
+    log.info("block keeper at %s ends: %s", keeper.address, why)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,350 @@
+"""Where a receiver's blocks go before ``AddBlock``: block keepers, or the task itself.
+
+A :class:`BlockSink` takes a cut block and returns where its copies are:
+
+* :class:`KeeperSink` (the default, ``spark.receivers.blockKeeper.enabled``): the
+  first copy in the block keeper of this executor (it outlives the receiver's
+  task), and for a replicated level (``MEMORY_AND_DISK_2``, ``MEMORY_ONLY_2``)
+  one more in the keeper of another executor, sent in parallel and acknowledged
+  before the call returns — so the driver only ever hears of a block that is
+  already where the level says. Other executors' keepers come from the driver
+  (``GetReplicaTargets``, refreshed every few seconds and after a failed put).
+  When none answers, the block is kept once and the level is *degraded*: a
+  warning, and ``ReportReplication`` to the driver (listeners and the status see
+  it); the next block that gets its copies again reports the level restored.
+* :class:`InProcessSink`: in the receiver task's own
+  :class:`~spark_receivers.receiver.block_store.BlockStore`, served by its block
+  server; blocks die with the task (keepers off, or tests without processes).
+
+Thread-safety: ``put`` is called by the block pushing thread and by receivers
+storing reliably, possibly at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.errors import BlockStoreError, RpcError
+from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper
+from spark_receivers.receiver.storage_level import StorageLevel
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.util.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BlockSink",
+    "InProcessSink",
+    "KeeperSink",
+    "Placed",
+    "effective_level",
+    "keeper_sink",
+]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A block's size in memory and the endpoints holding its copies, the first copy first."""
+
+    size_bytes: int
+    locations: tuple[str, ...]
+
+
+class BlockSink(Protocol):
+    """Keeps blocks somewhere readers can fetch them."""
+
+    def put(self, name: str, table: pa.Table, generated_ms: int) -> Placed:
+        """Keep a block; raise when its first copy could not be kept."""
+        ...
+
+    def remove(self, name: str, locations: Sequence[str]) -> None:
+        """Drop a block from where it was put (it was never reported)."""
+        ...
+
+    def close(self) -> None:
+        """Release threads and connections; idempotent."""
+        ...
+
+
+class InProcessSink:
+    """Blocks in the task's own block store, served by its block server at ``endpoint()``."""
+
+    def __init__(self, store: BlockStore, endpoint: Callable[[], str]) -> None:
+        self.store = store
+        self._endpoint = endpoint
+
+    def put(self, name: str, table: pa.Table, generated_ms: int) -> Placed:
+        """Put the block in the task's store."""
+        return Placed(self.store.put(name, table, generated_ms), (self._endpoint(),))
+
+    def remove(self, name: str, locations: Sequence[str]) -> None:
+        """Drop the block from the task's store."""
+        self.store.remove([name])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _Client(Protocol):
+    def call(self, message: object, timeout_s: float | None = None) -> object: ...
+
+    def put_table(
+        self, command: bytes, table: pa.Table, timeout_s: float | None = None
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class KeeperSink:
+    """Blocks in block keepers: this executor's, plus other executors' for replicas.
+
+    ``local(restart)`` returns this executor's keeper (starting it, or a new one
+    when ``restart``); ``tracker`` is the driver's client (``RegisterBlockKeeper``,
+    ``GetReplicaTargets``, ``ReportReplication``); ``client(address)`` makes a
+    keeper client.
+    """
+
+    def __init__(
+        self,
+        stream_id: int,
+        executor_id: str,
+        host: str,
+        level: StorageLevel,
+        local: Callable[[bool], KeeperHandle],
+        tracker: _Client,
+        client: Callable[[str], _Client],
+        timeout_s: float,
+        clock: Clock | None = None,
+        refresh_s: float = 5.0,
+    ) -> None:
+        self.stream_id = stream_id
+        self.executor_id = executor_id
+        self.host = host
+        self.level = level
+        self._local = local
+        self._tracker = tracker
+        self._client = client
+        self._timeout_s = timeout_s
+        self._clock = clock or SystemClock()
+        self._refresh_ms = refresh_s * 1000
+        self._lock = threading.Lock()
+        self._clients: dict[str, _Client] = {}
+        self._keeper: KeeperHandle | None = None
+        self._targets: list[str] = []
+        self._targets_at: float | None = None
+        self._copies: int | None = None
+        self._pool = cf.ThreadPoolExecutor(
+            max(2, level.replication), thread_name_prefix=f"receiver-{stream_id}-replica"
+        )
+
+    @property
+    def copies(self) -> int | None:
+        """How many copies the last block got (None before the first)."""
+        return self._copies
+
+    def start(self, restart: bool = False) -> KeeperHandle:
+        """Find or start this executor's keeper and tell the driver where it serves.
+
+        Called before the receiver registers, and with ``restart`` when the keeper
+        stopped answering. Raises :class:`BlockStoreError` or :class:`RpcError`.
+        """
+        keeper = self._local(restart)
+        self._tracker.call(m.RegisterBlockKeeper(self.executor_id, self.host, keeper.address))
+        with self._lock:
+            self._keeper = keeper
+        return keeper
+
+    def put(self, name: str, table: pa.Table, generated_ms: int) -> Placed:
+        """Put the first copy here and the others elsewhere, in parallel; wait for all.
+
+        Raises :class:`BlockStoreError` when the first copy failed (after starting
+        a new local keeper once); a replica that fails only lowers the copies.
+        """
+        command = json.dumps(
+            {"block": name, "generated_ms": generated_ms, "use_disk": self.level.use_disk}
+        ).encode()
+        wanted = self.level.replication
+        replicas = self._pool.submit(self._put_replicas, command, table, wanted - 1)
+        local = self._put_local(command, table, name)
+        placed = replicas.result()
+        locations = (local, *placed)
+        self._note_copies(len(locations), wanted)
+        return Placed(table.get_total_buffer_size(), locations)
+
+    def remove(self, name: str, locations: Sequence[str]) -> None:
+        """Drop the block from every keeper it was put in (best effort, logged)."""
+        for address in locations:
+            try:
+                self._client_of(address).call(m.RemoveBlocks((name,)), self._timeout_s)
+            except RpcError:
+                log.warning("could not remove block %s from %s", name, address, exc_info=True)
+
+    def close(self) -> None:
+        """Stop the replica threads and close the keeper clients."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
+
+    # --- copies ------------------------------------------------------------------------
+
+    def _put_local(self, command: bytes, table: pa.Table, name: str) -> str:
+        keeper = self._keeper or self.start()
+        try:
+            self._client_of(keeper.address).put_table(command, table, self._timeout_s)
+        except RpcError as first:
+            log.warning("the block keeper at %s failed (%s): starting a new one", keeper, first)
+            self._drop_client(keeper.address)
+        else:
+            return keeper.address
+        try:
+            keeper = self.start(restart=True)
+            self._client_of(keeper.address).put_table(command, table, self._timeout_s)
+        except (RpcError, BlockStoreError) as e:
+            msg = f"could not keep block {name} ({table.num_rows} records) on this executor: {e}"
+            raise BlockStoreError(msg) from e
+        return keeper.address
+
+    def _put_replicas(self, command: bytes, table: pa.Table, count: int) -> list[str]:
+        placed: list[str] = []
+        if count <= 0:
+            return placed
+        for address in self._replica_targets():
+            if len(placed) == count:
+                break
+            try:
+                self._client_of(address).put_table(command, table, self._timeout_s)
+                placed.append(address)
+            except RpcError as e:
+                log.warning("replica of stream %d to %s failed: %s", self.stream_id, address, e)
+                self._drop_client(address)
+                with self._lock:
+                    self._targets_at = None  # ask the driver again for the next block
+        return placed
+
+    def _replica_targets(self) -> list[str]:
+        now = self._clock.get_time_ms()
+        with self._lock:
+            fresh = self._targets_at is not None and now - self._targets_at < self._refresh_ms
+            if fresh:
+                return list(self._targets)
+        try:
+            reply = self._tracker.call(m.GetReplicaTargets(self.stream_id, self.executor_id))
+            targets = [str(t) for t in reply] if isinstance(reply, list) else []
+        except RpcError as e:
+            log.warning("could not ask the driver for replica targets: %s", e)
+            targets = []
+        own = self._keeper.address if self._keeper else None
+        with self._lock:
+            self._targets = [t for t in targets if t != own]
+            self._targets_at = now
+            return list(self._targets)
+
+    def _note_copies(self, copies: int, wanted: int) -> None:
+        with self._lock:
+            before, self._copies = self._copies, copies
+        if copies == before:
+            return
+        if copies < wanted:
+            message = (
+                f"blocks of stream {self.stream_id} ({self.level.name}) are kept on {copies} "
+                f"executor(s) instead of {wanted}: no block keeper on another executor "
+                "answered; they are replicated again as soon as one does"
+            )
+            log.warning("%s", message)
+        elif before is None:
+            message = f"blocks of stream {self.stream_id} are kept on {copies} executor(s)"
+        else:
+            message = f"blocks of stream {self.stream_id} are replicated again ({copies} copies)"
+            log.warning("%s", message)
+        try:
+            self._tracker.call(m.ReportReplication(self.stream_id, wanted, copies, message))
+        except RpcError:
+            log.warning("could not report the replication of stream %d", self.stream_id)
+
+    # --- clients -----------------------------------------------------------------------
+
+    def _client_of(self, address: str) -> _Client:
+        with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = self._clients[address] = self._client(address)
+            return client
+
+    def _drop_client(self, address: str) -> None:
+        with self._lock:
+            client = self._clients.pop(address, None)
+        if client is not None:
+            client.close()
+
+
+def keeper_sink(
+    stream_id: int,
+    executor_id: str,
+    host: str,
+    secret: str,
+    level: StorageLevel,
+    tracker: EndpointClient,
+    config: StreamingConfig,
+    clock: Clock | None = None,
+) -> KeeperSink:
+    """A :class:`KeeperSink` for a supervisor, with this executor's keeper and Flight clients."""
+
+    def local(restart: bool) -> KeeperHandle:
+        return ensure_local_keeper(
+            secret,
+            host,
+            memory_budget_bytes=config.block_keeper_memory_bytes,
+            max_message_bytes=config.max_message_bytes,
+            restart=restart,
+        )
+
+    return KeeperSink(
+        stream_id,
+        executor_id,
+        host,
+        level,
+        local,
+        tracker,
+        lambda address: EndpointClient(address, secret),
+        config.block_store_timeout_s,
+        clock,
+    )
+
+
+def effective_level(level: StorageLevel, config: StreamingConfig, stream_id: int) -> StorageLevel:
+    """The level a receiver's blocks are kept at: one copy with the receiver WAL on, as Spark.
+
+    Also one copy when block keepers are off (only keepers hold replicas). Logged.
+    """
+    level = StorageLevel.of(level, f"the storage level of receiver {stream_id}")
+    if level.replication > 1 and config.receiver_wal_enabled:
+        log.warning(
+            "Storage level replication %d is unnecessary when the receiver write-ahead log is "
+            "enabled: receiver %d keeps 1 copy (%s)",
+            level.replication,
+            stream_id,
+            level.with_replication(1).name,
+        )
+        return level.with_replication(1)
+    if level.replication > 1 and not config.block_keeper_enabled:
+        log.warning(
+            "receiver %d keeps 1 copy of its blocks instead of %d: replicas need block keepers "
+            "(spark.receivers.blockKeeper.enabled=false)",
+            stream_id,
+            level.replication,
+        )
+        return level.with_replication(1)
+    return level
