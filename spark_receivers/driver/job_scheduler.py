@@ -436,7 +436,7 @@ class JobScheduler:
             last_completed_batch_ms=generator.last_completed_batch_ms,
             pending_batches_ms=tuple(generator.pending_batches()),
             records_received=tracker.records_received(),
-            records_processed=generator.records_processed_by_batches,
+            records_processed=max(0, generator.records_processed_by_batches - records_lost),
             recovered_batches_ms=tuple(generator.recovered_batches),
             tracker_address=None if self._stopped else self._endpoint.address,
             failure=None if error is None else f"{type(error).__name__}: {error}",

@@ -59,7 +59,8 @@ class StreamingStatus:
     records_received: int = 0
     """Records in every block the driver accepted."""
     records_processed: int = 0
-    """Records of the batches that completed successfully."""
+    """Records of the batches that completed successfully, less those of blocks that
+    batches ran without (``lostBlockPolicy=skip``)."""
     recovered_batches_ms: tuple[int, ...] = ()
     """Batches run again after a restart from a checkpoint."""
     tracker_address: str | None = None

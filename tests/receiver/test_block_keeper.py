@@ -1,0 +1,275 @@
+"""Block keepers: the keeper process, copies on two keepers, degraded/restored, every copy read.
+
+Real keepers (Flight servers, in this process or as processes of their own), a
+stand-in driver that answers as told; no Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from spark_receivers.config import StreamingConfig
+from spark_receivers.errors import AuthenticationError, BlockNotFoundError, ConfigError, RpcError
+from spark_receivers.receiver.block_keeper import BlockKeeper, KeeperSettings, process_alive
+from spark_receivers.receiver.block_placement import KeeperSink, effective_level
+from spark_receivers.receiver.keeper_process import ensure_local_keeper
+from spark_receivers.receiver.storage_level import StorageLevel
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.auth import new_secret
+from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.spark.block_fetch import fetch_block
+from spark_receivers.testing import ManualClock
+
+MiB = 1024 * 1024
+
+
+def table(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"value": [f"r{i}" for i in range(start, start + n)]})
+
+
+def wait_until(predicate, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.05)
+    return True
+
+
+@pytest.fixture
+def secret() -> str:
+    return new_secret()
+
+
+@pytest.fixture
+def keepers(secret):
+    """Two keepers in this process, as on two executors."""
+    made = [
+        BlockKeeper(KeeperSettings(secret, "127.0.0.1", os.getpid(), memory_budget_bytes=MiB))
+        for _ in range(2)
+    ]
+    yield made
+    for k in made:
+        k.close()
+
+
+class StandInDriver:
+    """Answers a sink's driver calls: replica targets as set by the test; records reports."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+        self.calls: list[object] = []
+
+    def call(self, message, timeout_s=None):
+        self.calls.append(message)
+        if isinstance(message, m.GetReplicaTargets):
+            return list(self.targets)
+        return True if isinstance(message, m.RegisterBlockKeeper) else None
+
+    def put_table(self, command, table, timeout_s=None) -> None:
+        raise AssertionError("the driver takes no blocks")
+
+    def close(self) -> None:
+        pass
+
+    def reports(self) -> list[tuple[int, int]]:
+        return [(x.achieved, x.wanted) for x in self.calls if isinstance(x, m.ReportReplication)]
+
+
+def sink_for(keeper, secret, driver, level=StorageLevel.MEMORY_AND_DISK_2, clock=None):
+    handle_of = type("H", (), {"address": keeper.address, "pid": os.getpid(), "watch_pid": 0})
+    return KeeperSink(
+        0,
+        "exec-a",
+        "127.0.0.1",
+        level,
+        lambda restart: handle_of,
+        driver,
+        lambda address: EndpointClient(address, secret),
+        timeout_s=5.0,
+        clock=clock or ManualClock(0),
+    )
+
+
+# --- storage levels ---------------------------------------------------------------------
+
+
+def test_storage_levels_map_names_and_pyspark_levels_by_their_flags():
+    from pyspark import StorageLevel as Py
+
+    assert StorageLevel.of(Py.MEMORY_AND_DISK_2) is StorageLevel.MEMORY_AND_DISK_2
+    assert StorageLevel.of(Py.MEMORY_ONLY) is StorageLevel.MEMORY_ONLY
+    assert StorageLevel.of(Py.MEMORY_ONLY_2) is StorageLevel.MEMORY_ONLY_2
+    assert StorageLevel.of(Py.MEMORY_AND_DISK_DESER) is StorageLevel.MEMORY_AND_DISK
+    assert StorageLevel.of("memory_and_disk_ser_2") is StorageLevel.MEMORY_AND_DISK_2
+    assert StorageLevel.MEMORY_AND_DISK_2.replication == 2
+    assert not StorageLevel.MEMORY_ONLY_2.use_disk
+    assert StorageLevel.MEMORY_ONLY_2.with_replication(1) is StorageLevel.MEMORY_ONLY
+    for bad in (Py.DISK_ONLY, Py.OFF_HEAP, Py.DISK_ONLY_3, "MEMORY", 2, None):
+        with pytest.raises(ConfigError, match="must be one of MEMORY_ONLY, MEMORY_ONLY_2"):
+            StorageLevel.of(bad)
+
+
+def test_the_receiver_wal_and_keepers_off_mean_one_copy(caplog):
+    two = StorageLevel.MEMORY_AND_DISK_2
+    assert effective_level(two, StreamingConfig(), 0) is two
+    wal = StreamingConfig(receiver_wal_enabled=True, checkpoint_dir="/tmp/x")
+    assert effective_level(two, wal, 0) is StorageLevel.MEMORY_AND_DISK
+    assert "replication 2 is unnecessary when the receiver write-ahead log" in caplog.text
+    off = StreamingConfig(block_keeper_enabled=False)
+    assert effective_level(StorageLevel.MEMORY_ONLY_2, off, 0) is StorageLevel.MEMORY_ONLY
+
+
+# --- the keeper server ------------------------------------------------------------------
+
+
+def test_a_keeper_takes_serves_describes_and_removes_blocks(keepers, secret):
+    keeper = keepers[0]
+    client = EndpointClient(keeper.address, secret)
+    client.put_table(b'{"block": "input-0-1-0", "generated_ms": 5}', table(3))
+    assert client.read_table(b"input-0-1-0") == table(3)
+    info = client.call(m.DescribeKeeper())
+    assert info["blocks"] == 1 and info["memory_bytes"] > 0 and info["pid"] == os.getpid()
+    assert client.call(m.RemoveBlocks(("input-0-1-0", "input-0-1-9"))) == 1
+    with pytest.raises(RpcError, match="not in this block store"):
+        client.read_table(b"input-0-1-0")
+    for bad in (b"not json", b'{"block": "../x", "generated_ms": 1}', b'{"block": "input-0-1-1"}'):
+        with pytest.raises(RpcError):
+            client.put_table(bad, table(1))
+    intruder = EndpointClient(keeper.address, new_secret())
+    with pytest.raises(AuthenticationError):
+        intruder.read_table(b"input-0-1-0")
+    client.close()
+
+
+def test_a_keeper_spills_past_its_budget_for_levels_with_disk(keepers, secret):
+    keeper, big = keepers[0], table(60_000)
+    assert big.get_total_buffer_size() > MiB // 2
+    client = EndpointClient(keeper.address, secret)
+    for i in range(3):
+        client.put_table(f'{{"block": "input-0-1-{i}", "generated_ms": {i}}}'.encode(), big)
+    assert keeper.store.memory_bytes <= MiB and keeper.store.disk_bytes > 0
+    assert client.read_table(b"input-0-1-2") == big  # served from disk
+    client.put_table(b'{"block": "input-0-1-3", "generated_ms": 3, "use_disk": false}', big)
+    assert keeper.store.memory_bytes > MiB  # MEMORY_ONLY: kept in memory, as Spark does
+    client.close()
+
+
+def test_the_keeper_process_is_found_again_and_ends_with_its_executor(secret):
+    executor = subprocess.Popen(["sleep", "60"])  # stands in for the executor's JVM
+    try:
+        handle = ensure_local_keeper(
+            secret,
+            "127.0.0.1",
+            memory_budget_bytes=MiB,
+            max_message_bytes=MiB,
+            watch_pid=executor.pid,
+        )
+        assert handle.pid != os.getpid() and process_alive(handle.pid)
+        again = ensure_local_keeper(
+            secret,
+            "127.0.0.1",
+            memory_budget_bytes=MiB,
+            max_message_bytes=MiB,
+            watch_pid=executor.pid,
+        )
+        assert again == handle
+        client = EndpointClient(handle.address, secret)
+        client.put_table(b'{"block": "input-0-1-0", "generated_ms": 1}', table(2))
+        assert client.call(m.DescribeKeeper())["pid"] == handle.pid
+        client.close()
+        os.kill(executor.pid, signal.SIGKILL)
+        executor.wait()
+        assert wait_until(lambda: not process_alive(handle.pid)), "the keeper outlived its JVM"
+    finally:
+        executor.kill()
+
+
+def test_a_new_keeper_replaces_one_that_stopped_answering(secret):
+    executor = subprocess.Popen(["sleep", "60"])
+    try:
+        kw = {"memory_budget_bytes": MiB, "max_message_bytes": MiB, "watch_pid": executor.pid}
+        first = ensure_local_keeper(secret, "127.0.0.1", **kw)
+        second = ensure_local_keeper(secret, "127.0.0.1", restart=True, **kw)
+        assert second.pid != first.pid
+        assert wait_until(lambda: not process_alive(first.pid))
+        client = EndpointClient(second.address, secret)
+        client.call(m.ReleaseKeeper())
+        client.close()
+        assert wait_until(lambda: not process_alive(second.pid)), "released but still running"
+    finally:
+        executor.kill()
+
+
+# --- copies -----------------------------------------------------------------------------
+
+
+def test_a_replicated_block_is_in_two_keepers_before_put_returns(keepers, secret):
+    here, there = keepers
+    driver = StandInDriver()
+    driver.targets = [there.address]
+    sink = sink_for(here, secret, driver)
+    placed = sink.put("input-0-1-0", table(5), 100)
+    assert placed.locations == (here.address, there.address)
+    assert here.store.get("input-0-1-0") == there.store.get("input-0-1-0") == table(5)
+    assert driver.reports() == [(2, 2)]
+    sink.remove("input-0-1-0", placed.locations)
+    assert len(here.store) == len(there.store) == 0
+    sink.close()
+
+
+def test_no_other_executor_degrades_visibly_and_a_new_one_restores_the_copies(keepers, secret):
+    here, there = keepers
+    clock = ManualClock(0)
+    driver = StandInDriver()
+    sink = sink_for(here, secret, driver, clock=clock)
+    assert sink.put("input-0-1-0", table(1), 0).locations == (here.address,)
+    assert driver.reports() == [(1, 2)]  # degraded: said once, not per block
+    sink.put("input-0-1-1", table(1), 0)
+    assert driver.reports() == [(1, 2)]
+    driver.targets = [there.address]  # a keeper on another executor appears
+    clock.advance(6_000)  # the sink asks the driver again
+    assert sink.put("input-0-1-2", table(1), 0).locations == (here.address, there.address)
+    assert driver.reports() == [(1, 2), (2, 2)]
+    there.close()  # its executor dies: the next replica fails, the copies drop
+    assert sink.put("input-0-1-3", table(1), 0).locations == (here.address,)
+    assert driver.reports() == [(1, 2), (2, 2), (1, 2)]
+    sink.close()
+
+
+def test_a_non_replicated_level_never_asks_for_targets(keepers, secret):
+    driver = StandInDriver()
+    sink = sink_for(keepers[0], secret, driver, level=StorageLevel.MEMORY_ONLY)
+    assert sink.put("input-0-1-0", table(1), 0).locations == (keepers[0].address,)
+    assert not any(isinstance(x, m.GetReplicaTargets) for x in driver.calls)
+    assert driver.reports() == [(1, 1)]
+    sink.close()
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def test_a_read_falls_back_to_the_replica_when_the_first_copy_is_gone(keepers, secret):
+    here, there = keepers
+    driver = StandInDriver()
+    driver.targets = [there.address]
+    sink = sink_for(here, secret, driver)
+    placed = sink.put("input-0-1-0", table(4), 0)
+    info = m.ReceivedBlockInfo(
+        0, "input-0-1-0", 4, 0, placed.locations[0], replica_endpoints=placed.locations[1:]
+    )
+    here.close()  # the receiver's executor is gone
+    assert fetch_block(info, secret, timeout_s=5) == table(4)
+    there.close()
+    with pytest.raises(
+        BlockNotFoundError, match=r"lost block input-0-1-0 of stream 0 \(4 records\)"
+    ):
+        fetch_block(info, secret, timeout_s=5)
+    sink.close()
