@@ -56,6 +56,7 @@ UNITS = {
     "checkpoint_dir": "path or URI",
     "batch_read_partitions": "tasks",
     "receiver_max_restarts": "restarts (-1: no limit)",
+    "lost_block_policy": "fail or skip",
 }
 
 
@@ -79,8 +80,8 @@ def default_of(field: dataclasses.Field[Any]) -> str:
         return str(value).lower()
     if value == "":
         return "'' (none)"
-    if field.name == "max_message_bytes":
-        return f"{value} (4 MiB)"
+    if field.name.endswith("_bytes") and value % (1 << 20) == 0:
+        return f"{value} ({value >> 20} MiB)"
     return str(value)
 
 

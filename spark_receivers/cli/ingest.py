@@ -156,9 +156,9 @@ def preflight(plan: IngestPlan) -> list[str]:
     if source.acknowledgement and not plan.wal:
         warnings.append(
             f"the write-ahead log is off: {source.acknowledgement} only means the records are "
-            "in executor memory; if the job fails before their batch is written (a sink "
-            "error, a lost executor, a kill), they are lost although acknowledged. "
-            "--checkpoint DIR --wal makes acknowledgements durable"
+            "in executor memory (on two executors when there are two); if the job fails "
+            "before their batch is written (a sink error, the driver killed), they are lost "
+            "although acknowledged. --checkpoint DIR --wal makes acknowledgements durable"
         )
     return warnings
 
