@@ -144,6 +144,7 @@ class KeeperSink:
         self._targets: list[str] = []
         self._targets_at: float | None = None
         self._copies: int | None = None
+        self._closing = False
         self._pool = cf.ThreadPoolExecutor(
             max(2, level.replication), thread_name_prefix=f"receiver-{stream_id}-replica"
         )
@@ -190,8 +191,17 @@ class KeeperSink:
             except RpcError:
                 log.warning("could not remove block %s from %s", name, address, exc_info=True)
 
+    def stopping(self) -> None:
+        """The supervisor stops: its last blocks go where they can, no keeper is started.
+
+        The driver releases the keepers when the context stops, maybe while a stopping
+        receiver still pushes: a new keeper then would outlive the context.
+        """
+        self._closing = True
+
     def close(self) -> None:
         """Stop the replica threads and close the keeper clients."""
+        self._closing = True
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
@@ -205,8 +215,11 @@ class KeeperSink:
         try:
             self._client_of(keeper.address).put_table(command, table, self._timeout_s)
         except RpcError as first:
-            log.warning("the block keeper at %s failed (%s): starting a new one", keeper, first)
             self._drop_client(keeper.address)
+            if self._closing or "was released" in str(first):
+                msg = f"could not keep block {name}: the receiver or its context is stopping"
+                raise BlockStoreError(msg) from first
+            log.warning("the block keeper at %s failed (%s): starting a new one", keeper, first)
         else:
             return keeper.address
         try:

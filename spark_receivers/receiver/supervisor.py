@@ -255,6 +255,8 @@ class ReceiverSupervisor:
             self._state = SupervisorState.STOPPED
             self._stopping_error = error
             self._stop_message = message
+        if isinstance(self._sink, KeeperSink):
+            self._sink.stopping()
         self._stop_receiver(message, error)
         self._generator.stop()
         self._server.linger(self.config.receiver_drain_timeout_s)

@@ -16,7 +16,13 @@ import pyarrow as pa
 import pytest
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.errors import AuthenticationError, BlockNotFoundError, ConfigError, RpcError
+from spark_receivers.errors import (
+    AuthenticationError,
+    BlockNotFoundError,
+    BlockStoreError,
+    ConfigError,
+    RpcError,
+)
 from spark_receivers.receiver.block_keeper import BlockKeeper, KeeperSettings, process_alive
 from spark_receivers.receiver.block_placement import KeeperSink, effective_level
 from spark_receivers.receiver.keeper_process import ensure_local_keeper
@@ -272,4 +278,32 @@ def test_a_read_falls_back_to_the_replica_when_the_first_copy_is_gone(keepers, s
         BlockNotFoundError, match=r"lost block input-0-1-0 of stream 0 \(4 records\)"
     ):
         fetch_block(info, secret, timeout_s=5)
+    sink.close()
+
+
+def test_a_stopping_receiver_never_starts_a_keeper(keepers, secret):
+    keeper = keepers[0]
+    restarts: list[bool] = []
+    handle = type("H", (), {"address": keeper.address, "pid": os.getpid(), "watch_pid": 0})
+
+    def local(restart: bool):
+        restarts.append(restart)
+        return handle
+
+    sink = KeeperSink(
+        0,
+        "exec-a",
+        "127.0.0.1",
+        StorageLevel.MEMORY_AND_DISK,
+        local,
+        StandInDriver(),
+        lambda address: EndpointClient(address, secret),
+        timeout_s=5.0,
+    )
+    sink.put("input-0-1-0", table(1), 0)
+    keeper.close()  # the driver released it: the context stops
+    sink.stopping()
+    with pytest.raises(BlockStoreError, match="stopping"):
+        sink.put("input-0-1-1", table(1), 0)
+    assert restarts == [False]  # found once, never started again
     sink.close()
