@@ -25,6 +25,7 @@ import time
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from processes import executor_pids
 from pyspark.sql import SparkSession
 
 from spark_receivers import StreamingConfig, StreamingContext, StreamingListener
@@ -49,21 +50,6 @@ class Events(StreamingListener):
 
     def on_receiver_stopped(self, info) -> None:
         self._add("stopped", info)
-
-
-def executor_pids() -> dict[str, int]:
-    pids = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        except OSError:
-            continue
-        if "--executor-id" in args and any("CoarseGrainedExecutorBackend" in a for a in args):
-            pids[args[args.index("--executor-id") + 1]] = int(entry)
-    return pids
 
 
 def wait_until(predicate, timeout_s: float) -> bool:
@@ -111,7 +97,7 @@ def main() -> int:
         }
         out["job_description_ok"] = True
         victim = out["executors"].get(0)
-        pids = executor_pids()
+        pids = executor_pids(spark.sparkContext.applicationId)
         out["executor_pids"] = pids
         if victim is not None and victim in pids:
             os.kill(pids[victim], signal.SIGKILL)

@@ -61,3 +61,26 @@ def kill_session(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait(30)
+
+
+def executor_pids(app_id: str) -> dict[str, int]:
+    """The executor JVMs of application ``app_id``: ``{executor id: pid}`` (from /proc).
+
+    Filtered by ``--app-id``: other applications on this machine (another test run, a
+    colleague's) have executors with the same ids.
+    """
+    pids = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if (
+            "--executor-id" in args
+            and any("CoarseGrainedExecutorBackend" in a for a in args)
+            and "--app-id" in args
+            and args[args.index("--app-id") + 1] == app_id
+        ):
+            pids[args[args.index("--executor-id") + 1]] = int(entry)
+    return pids

@@ -37,6 +37,7 @@ import uuid
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from processes import executor_pids
 from pyspark.sql import SparkSession
 
 from spark_receivers import Receiver, StreamingContext, StreamingListener
@@ -101,21 +102,6 @@ class Events(StreamingListener):
 
     def on_block_lost(self, info) -> None:
         self._add("lost", info.stream_id, info.block_id, info.num_records)
-
-
-def executor_pids() -> dict[str, int]:
-    pids = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        except OSError:
-            continue
-        if "--executor-id" in args and any("CoarseGrainedExecutorBackend" in a for a in args):
-            pids[args[args.index("--executor-id") + 1]] = int(entry)
-    return pids
 
 
 def wait_until(predicate, timeout_s: float) -> bool:
@@ -209,7 +195,7 @@ def main() -> int:
         # 1. kill -9 of receiver 0's executor JVM.
         victim = out["executors"][0]
         out["accepted_before_executor_kill"] = status().records_received
-        os.kill(executor_pids()[victim], signal.SIGKILL)
+        os.kill(executor_pids(spark.sparkContext.applicationId)[victim], signal.SIGKILL)
         out["killed_executor"] = victim
 
         def moved() -> bool:

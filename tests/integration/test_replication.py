@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # a scenario runs in ~1 min here
 
 
 def run_scenario(*args: str) -> dict:
     script = Path(__file__).with_name("replication_scenario.py")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=480, env=env
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=840, env=env
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (
