@@ -20,12 +20,11 @@ import os
 import signal
 import sys
 import threading
-import time
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from processes import executor_pids
+from processes import executor_pids, holds_within
 from pyspark.sql import SparkSession
 
 from spark_receivers import StreamingConfig, StreamingContext, StreamingListener
@@ -52,15 +51,6 @@ class Events(StreamingListener):
         self._add("stopped", info)
 
 
-def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
-
-
 def main() -> int:
     spark = (
         SparkSession.builder.master("local-cluster[2,2,1024]")
@@ -84,7 +74,7 @@ def main() -> int:
         )
     ssc.start()
     try:
-        both = wait_until(
+        both = holds_within(
             lambda: all(r.state == ReceiverState.ACTIVE.name for r in ssc.status().receivers),
             120,
         )
@@ -107,10 +97,10 @@ def main() -> int:
                 r = ssc.status().receiver(0)
                 return r.state == "ACTIVE" and r.executor_id not in (None, victim)
 
-            out["restarted"] = wait_until(back, 120)
+            out["restarted"] = holds_within(back, 120)
             out["new_executor"] = ssc.status().receiver(0).executor_id
             out["other_receiver_untouched"] = ssc.status().receiver(1).state == "ACTIVE"
-        out["batches_ran"] = wait_until(lambda: sum(processed) > 0, 180)
+        out["batches_ran"] = holds_within(lambda: sum(processed) > 0, 180)
         with events.lock:
             out["events"] = list(events.events)
         out["records_received"] = ssc.status().records_received

@@ -35,6 +35,16 @@ def load_chaos_harness() -> ModuleType:
     return module
 
 
+def holds_within(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes; whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return bool(predicate())
+
+
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
     """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

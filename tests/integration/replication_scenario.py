@@ -37,7 +37,7 @@ import uuid
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from processes import executor_pids
+from processes import executor_pids, holds_within
 from pyspark.sql import SparkSession
 
 from spark_receivers import Receiver, StreamingContext, StreamingListener
@@ -102,15 +102,6 @@ class Events(StreamingListener):
 
     def on_block_lost(self, info) -> None:
         self._add("lost", info.stream_id, info.block_id, info.num_records)
-
-
-def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return bool(predicate())
 
 
 def keeper_pids(ssc, secret: str) -> list[int]:
@@ -181,7 +172,7 @@ def main() -> int:
     pids: list[int] = []
     want = 2 if replicated else 1
     try:
-        out["placed"] = wait_until(
+        out["placed"] = holds_within(
             lambda: (
                 all(r.state == "ACTIVE" for r in status().receivers)
                 and all(status().block_copies.get(s, (0, 0))[0] == want for s in (0, 1))
@@ -202,9 +193,9 @@ def main() -> int:
             r = status().receiver(0)
             return r.state == "ACTIVE" and r.executor_id not in (None, victim)
 
-        out["receiver_0_moved"] = wait_until(moved, 120)
+        out["receiver_0_moved"] = holds_within(moved, 120)
         out["receiver_0_executor_after"] = status().receiver(0).executor_id
-        out["replicated_again"] = wait_until(
+        out["replicated_again"] = holds_within(
             lambda: all(status().block_copies.get(s, (0, 0))[0] == want for s in (0, 1)), 90
         )
         time.sleep(3)
@@ -215,7 +206,7 @@ def main() -> int:
                 worker = int(f.read())
             out["accepted_before_worker_kill"] = status().records_received
             os.kill(worker, signal.SIGKILL)
-            out["receiver_1_restarted"] = wait_until(
+            out["receiver_1_restarted"] = holds_within(
                 lambda: (
                     status().receiver(1).jobs > jobs_before
                     and status().receiver(1).state == "ACTIVE"
@@ -241,7 +232,7 @@ def main() -> int:
         out["distinct"] = len(seen)
     with events.lock:
         out["events"] = list(events.events)
-    wait_until(lambda: not any(alive(p) for p in pids), 30)
+    holds_within(lambda: not any(alive(p) for p in pids), 30)
     out["keepers_alive_after_stop"] = [p for p in pids if alive(p)]
     print("RESULT " + json.dumps(out), flush=True)
     spark.stop()

@@ -89,14 +89,23 @@ class StandInDriver:
         return [(x.achieved, x.wanted) for x in self.calls if isinstance(x, m.ReportReplication)]
 
 
-def sink_for(keeper, secret, driver, level=StorageLevel.MEMORY_AND_DISK_2, clock=None):
+def sink_for(
+    keeper, secret, driver, level=StorageLevel.MEMORY_AND_DISK_2, clock=None, restarts=None
+):
+    """A sink whose local keeper is ``keeper``; ``restarts`` records each ``local(restart)``."""
     handle_of = type("H", (), {"address": keeper.address, "pid": os.getpid(), "watch_pid": 0})
+
+    def local(restart: bool):
+        if restarts is not None:
+            restarts.append(restart)
+        return handle_of
+
     return KeeperSink(
         0,
         "exec-a",
         "127.0.0.1",
         level,
-        lambda restart: handle_of,
+        local,
         driver,
         lambda address: EndpointClient(address, secret),
         timeout_s=5.0,
@@ -284,21 +293,8 @@ def test_a_read_falls_back_to_the_replica_when_the_first_copy_is_gone(keepers, s
 def test_a_stopping_receiver_never_starts_a_keeper(keepers, secret):
     keeper = keepers[0]
     restarts: list[bool] = []
-    handle = type("H", (), {"address": keeper.address, "pid": os.getpid(), "watch_pid": 0})
-
-    def local(restart: bool):
-        restarts.append(restart)
-        return handle
-
-    sink = KeeperSink(
-        0,
-        "exec-a",
-        "127.0.0.1",
-        StorageLevel.MEMORY_AND_DISK,
-        local,
-        StandInDriver(),
-        lambda address: EndpointClient(address, secret),
-        timeout_s=5.0,
+    sink = sink_for(
+        keeper, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK, restarts=restarts
     )
     sink.put("input-0-1-0", table(1), 0)
     keeper.close()  # the driver released it: the context stops
