@@ -15,9 +15,8 @@ listener bus. ``StreamingContext`` is only its public face.
 4. rate controllers join the bus (backpressure);
 5. the job generator is built; a fresh start writes a first checkpoint;
 6. ``on_streaming_started`` is posted;
-7. the receivers are launched, then the timer starts — or, when recovering, the
-   timer starts first (the batches to run again are allocated before any
-   receiver runs, so they hold exactly what was logged), then the receivers;
+7. the receivers are launched, then the timer starts (recovering: the timer
+   first, so batches to run again hold exactly what was logged);
 8. the block reader is warmed up off the batch path.
 
 **Stop**, graceful: (1) the receivers are told to stop; they push their last
@@ -29,11 +28,9 @@ rate controllers and the bus close. Not graceful: the same, but nothing waits fo
 deregistration and queued batches are dropped.
 
 **Failure**: a failed batch, a background thread that dies (the timer, a
-receiver's launcher), or a receiver that failed more often than the restart
-policy allows (``spark.receivers.receiver.maxRestarts`` within
-``restartWindow``) calls :meth:`JobScheduler.fail`: the first cause is kept
-and the context stops at once (``on_failure``), so ``await_termination``
-raises it instead of the stream going quiet.
+receiver's launcher), or a receiver failing more than ``maxRestarts`` times
+within ``restartWindow`` calls :meth:`JobScheduler.fail`: the first cause is
+kept, the context stops at once and ``await_termination`` raises it.
 """
 
 from __future__ import annotations
@@ -59,6 +56,7 @@ from spark_receivers.driver.status import StreamingStatus
 from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.errors import RpcError, WriteAheadLogError
 from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.spark import block_source, stream_source
 from spark_receivers.spark.block_fetch import lost_blocks_in
@@ -98,7 +96,7 @@ class JobScheduler:
         batch_interval_ms: int,
         config: StreamingConfig,
         secret: str,
-        host: str,
+        host: str | EndpointNetwork,
         bus: ListenerBus,
         clock: Clock,
         on_failure: Callable[[], None],
@@ -109,7 +107,7 @@ class JobScheduler:
         self._spark = spark
         self._launcher_factory = launcher_factory or ReceiverLauncher
         self._client_factory = client_factory or (
-            lambda address: EndpointClient(address, self._secret)
+            lambda address: EndpointClient(address, self._secret, tls=config.tls)
         )
         self._graph = graph
         self._interval_ms = batch_interval_ms
@@ -117,7 +115,7 @@ class JobScheduler:
         self._checkpoint_dir = config.checkpoint_dir or None
         self._layout = CheckpointLayout(self._checkpoint_dir) if self._checkpoint_dir else None
         self._secret = secret
-        self._host = host
+        self._network = EndpointNetwork(host, host) if isinstance(host, str) else host
         self._bus = bus
         self._clock = clock
         self._on_failure = on_failure
@@ -155,11 +153,13 @@ class JobScheduler:
         )
         self._endpoint = FlightEndpoint(
             "receiver-tracker",
-            self._host,
+            self._network.bind_host,
             self._secret,
             m.TRACKER_MESSAGES,
             self._dispatch,
             max_message_bytes=cfg.max_message_bytes,
+            tls=cfg.tls,
+            **self._network.endpoint_kwargs(),
         )
         overrides = {}
         if cfg.receiver_wal_enabled:
@@ -293,6 +293,7 @@ class JobScheduler:
             block_source.SECRET_OPTION: self._secret,
             "stream_id": str(stream_id),
             "max_partitions": str(self._read_partitions),
+            **block_source.tls_options(self._config.tls),
         }
         if self._checkpoint_dir:
             options["checkpoint_dir"] = self._checkpoint_dir
@@ -318,6 +319,7 @@ class JobScheduler:
             self._secret,
             self._checkpoint_dir,
             self._read_partitions,
+            tls=self._config.tls,
         )
 
     def generate_jobs(self, batch_time_ms: int, blocks: Blocks) -> list[OutputOperation]:

@@ -45,7 +45,7 @@ from spark_receivers.receiver.block_handler import (
     ReceivedBlockHandler,
     WriteAheadLogBasedBlockHandler,
 )
-from spark_receivers.receiver.block_server import BlockServer
+from spark_receivers.receiver.block_server import BlockServer, server_settings
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
@@ -103,7 +103,7 @@ class ReceiverSupervisor:
         self._seq = itertools.count()
         self._schema = receiver.schema
         self._default_schema = is_default(self._schema)
-        self.block_store = BlockStore(receiver.storage_level)
+        self.block_store = BlockStore(receiver.storage_level, config.block_store_budget_bytes)
         self.block_handler: ReceivedBlockHandler
         if config.receiver_wal_enabled:
             self.block_handler = WriteAheadLogBasedBlockHandler(
@@ -111,7 +111,7 @@ class ReceiverSupervisor:
             )
         else:
             self.block_handler = BlockStoreBasedBlockHandler(self.block_store)
-        self._tracker = EndpointClient(tracker_address, secret)
+        self._tracker = EndpointClient(tracker_address, secret, tls=config.tls)
         self._server = BlockServer(
             stream_id,
             host,
@@ -121,6 +121,7 @@ class ReceiverSupervisor:
             cleanup=self.block_handler.cleanup_old_blocks,
             update_rate=lambda rate: self._generator.update_rate(rate),
             max_message_bytes=config.max_message_bytes,
+            **server_settings(config, host),
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
         self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=self._clock)

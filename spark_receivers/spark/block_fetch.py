@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from spark_receivers.errors import BlockNotFoundError, BlockStoreError, RpcError, WriteAheadLogError
 from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.wal.layout import CheckpointLayout
 
@@ -33,15 +34,15 @@ LOST_BLOCK_RE = re.compile(r"lost block (input-\d+-\d+-\d+) of stream (\d+) \((\
 
 
 _MAX_CLIENTS = 16
-_clients: OrderedDict[tuple[str, str], EndpointClient] = OrderedDict()
+_clients: OrderedDict[tuple[str, str, TlsConfig | None], EndpointClient] = OrderedDict()
 _clients_lock = threading.Lock()
 
 
-def _client(endpoint: str, secret: str) -> EndpointClient:
+def _client(endpoint: str, secret: str, tls: TlsConfig | None = None) -> EndpointClient:
     """A Flight client for ``endpoint``, kept for the next blocks (Python workers are reused)."""
-    key = (endpoint, secret)
+    key = (endpoint, secret, tls)
     with _clients_lock:
-        client = _clients.pop(key, None) or EndpointClient(endpoint, secret)
+        client = _clients.pop(key, None) or EndpointClient(endpoint, secret, tls=tls)
         _clients[key] = client
         while len(_clients) > _MAX_CLIENTS:
             _, oldest = _clients.popitem(last=False)
@@ -49,9 +50,9 @@ def _client(endpoint: str, secret: str) -> EndpointClient:
     return client
 
 
-def _drop_client(endpoint: str, secret: str) -> None:
+def _drop_client(endpoint: str, secret: str, tls: TlsConfig | None = None) -> None:
     with _clients_lock:
-        client = _clients.pop((endpoint, secret), None)
+        client = _clients.pop((endpoint, secret, tls), None)
     if client is not None:
         client.close()
 
@@ -67,6 +68,7 @@ def fetch_block(
     secret: str,
     timeout_s: float = 60.0,
     checkpoint_dir: str | None = None,
+    tls: TlsConfig | None = None,
 ) -> pa.Table:
     """Return a block's data from its store or, failing that, from its WAL record.
 
@@ -75,12 +77,12 @@ def fetch_block(
     """
     store_error: Exception | None = None
     if info.store_endpoint:
-        client = _client(info.store_endpoint, secret)
+        client = _client(info.store_endpoint, secret, tls)
         try:
             return client.read_table(info.block_id.encode(), timeout_s)
         except RpcError as e:
             store_error = e
-            _drop_client(info.store_endpoint, secret)
+            _drop_client(info.store_endpoint, secret, tls)
     where = f"its block store at {info.store_endpoint}" if info.store_endpoint else "no block store"
     if info.wal_handle is not None and checkpoint_dir:
         from spark_receivers.wal.block_records import read_block_from_wal

@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.rpc.tls import TlsConfig
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -31,6 +32,26 @@ if TYPE_CHECKING:
 
 FORMAT = "spark_receivers_blocks"
 SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact it
+_TLS_OPTIONS = ("cert_file", "key_file", "ca_file", "server_name")
+
+
+def tls_options(tls: TlsConfig | None) -> dict[str, str]:
+    """Reader options carrying the TLS settings (paths, no secrets); empty without TLS."""
+    if tls is None:
+        return {}
+    return {f"tls_{name}": getattr(tls, name) or "" for name in _TLS_OPTIONS}
+
+
+def tls_from_options(options: Mapping[str, str]) -> TlsConfig | None:
+    """The TLS settings :func:`tls_options` put in reader options (None: plaintext)."""
+    if not options.get("tls_ca_file"):
+        return None
+    return TlsConfig(
+        options["tls_cert_file"],
+        options["tls_key_file"],
+        options["tls_ca_file"],
+        options.get("tls_server_name") or None,
+    )
 
 
 class BlockPartition(InputPartition):  # type: ignore[misc]
@@ -87,6 +108,7 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
         self._schema = schema  # Spark's; its Arrow form is built where read() runs
         self._blocks = json.loads(options["blocks"])
         self._secret = options[SECRET_OPTION]
+        self._tls = tls_from_options(options)
         self._timeout_s = float(options.get("timeout_s", "60"))
         self._checkpoint_dir = options.get("checkpoint_dir") or None
         self._max_partitions = int(options.get("max_partitions", "0")) or len(self._blocks)
@@ -115,6 +137,7 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
                 self._secret,
                 self._timeout_s,
                 self._checkpoint_dir,
+                tls=self._tls,
             )
             yield from conform(table, self._arrow_schema()).to_batches()
 
@@ -165,6 +188,7 @@ def blocks_dataframe(
     secret: str,
     checkpoint_dir: str | None = None,
     max_partitions: int | None = None,
+    tls: TlsConfig | None = None,
 ) -> DataFrame:
     """A DataFrame over ``blocks`` (an empty one when there are none).
 
@@ -185,7 +209,7 @@ def blocks_dataframe(
     )
     if checkpoint_dir:
         reader = reader.option("checkpoint_dir", checkpoint_dir)
-    return reader.load()
+    return reader.options(**tls_options(tls)).load()
 
 
 def warm_up(spark: SparkSession, partitions: int) -> int:
