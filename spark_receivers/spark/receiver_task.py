@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_receivers.config import StreamingConfig
@@ -22,7 +22,7 @@ class ReceiverTaskSpec:
     receiver: Receiver
     stream_id: int
     tracker_address: str
-    secret: str
+    secret: str = field(repr=False)  # never in a log line or an error
     config: dict[str, Any]
     app_id: str = ""
     """The Spark application id, for receivers that name their job (MQTT client ids)."""
