@@ -56,6 +56,17 @@ UNITS = {
     "checkpoint_dir": "path or URI",
     "batch_read_partitions": "tasks",
     "receiver_max_restarts": "restarts (-1: no limit)",
+    "driver_host": "host",
+    "driver_bind_address": "address",
+    "driver_ports": "port or range",
+    "executor_host": "host",
+    "executor_bind_address": "address",
+    "executor_ports": "port or range",
+    "rpc_tls_cert_file": "path (PEM)",
+    "rpc_tls_key_file": "path (PEM)",
+    "rpc_tls_ca_file": "path (PEM)",
+    "rpc_tls_server_name": "name",
+    "ship_package": "auto/check/off",
 }
 
 

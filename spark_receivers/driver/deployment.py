@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import pickle
@@ -58,7 +59,7 @@ MIN_BLOCK_STORE_MEMORY = 32 * 1024 * 1024
 DOCS = "docs/deploy.md"
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-"""This driver's ``spark_receivers`` directory: what is probed for and shipped."""
+"""This driver's ``spark_receivers`` directory (inside a zip with ``--py-files``)."""
 
 _shipped: dict[str, str] = {}
 _ship_lock = threading.Lock()
@@ -76,7 +77,11 @@ class Deployment:
 
 def package_version() -> str:
     """The ``__version__`` of this package, read as the probe reads it on executors."""
-    text = (PACKAGE_ROOT / "__init__.py").read_text(encoding="utf-8")
+    spec = importlib.util.find_spec("spark_receivers")  # imported already: no import here
+    loader, origin = getattr(spec, "loader", None), getattr(spec, "origin", None)
+    if loader is None or origin is None or not hasattr(loader, "get_data"):
+        return "unknown"
+    text = loader.get_data(origin).decode("utf-8", "replace")
     found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
     return found.group(1) if found else "unknown"
 
@@ -127,6 +132,7 @@ def prepare(sc: SparkContext, config: StreamingConfig, conf: dict[str, str]) -> 
         else "spark.driver.bindAddress (or spark.driver.host)",
     )
     _check_tls_files(config, "the driver")
+    _check_driver_python(getattr(sc, "pythonExec", None) or "")
     master = sc.master or ""
     if config.block_store_memory_bytes == 0:
         budget = (
@@ -156,6 +162,26 @@ def _check_tls_files(config: StreamingConfig, where: str) -> None:
         if not os.access(path, os.R_OK):
             msg = f"{key}={path!r} cannot be read on {where}: give a PEM file that exists there"
             raise ConfigError(msg)
+
+
+def _check_driver_python(python: str) -> None:
+    """Refuse a relative ``spark.pyspark.python`` that does not exist where the driver runs.
+
+    Batches are read through a Python data source, which Spark plans in a Python
+    worker the driver starts with that same path (relative to the driver's working
+    directory): ``./env/bin/python`` of ``--archives env.tar.gz#env`` exists on the
+    executors only, and every batch would fail.
+    """
+    if not python or os.path.isabs(python) or os.sep not in python or os.path.exists(python):
+        return
+    msg = (
+        f"spark.pyspark.python={python!r} does not exist in the driver's working directory "
+        f"({os.getcwd()}): Spark plans Python data sources (how batches are read) in a Python "
+        "worker the driver starts with that path. In client mode unpack the same archive "
+        "there too (mkdir -p env && tar -xzf env.tar.gz -C env), or give a path that exists "
+        f"on the driver and every executor (see {DOCS})"
+    )
+    raise ConfigError(msg)
 
 
 # --- the executors ------------------------------------------------------------------
@@ -344,6 +370,9 @@ def package_zip(directory: str | None = None) -> str:
     The name carries a hash of the contents, so a changed package is a new file
     for ``addPyFile`` (Spark refuses the same name with other contents).
     """
+    archive = _enclosing_zip(PACKAGE_ROOT)
+    if archive is not None:
+        return str(archive)  # the driver runs the package from a zip (--py-files): ship it
     root = PACKAGE_ROOT
     files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     digest = hashlib.sha256()
@@ -357,6 +386,14 @@ def package_zip(directory: str | None = None) -> str:
         for path in files:
             z.write(path, f"spark_receivers/{path.relative_to(root)}")
     return out
+
+
+def _enclosing_zip(path: Path) -> Path | None:
+    """The zip file ``path`` lies in, when it is inside one."""
+    for parent in path.parents:
+        if parent.is_file():
+            return parent if zipfile.is_zipfile(parent) else None
+    return None
 
 
 def _ship(sc: SparkContext) -> str:

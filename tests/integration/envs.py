@@ -49,13 +49,13 @@ def _run(cmd: list[str], what: str, timeout: float = 600) -> None:
         )
 
 
-def _make_venv(path: Path, packages: list[str]) -> None:
+def _make_venv(path: Path, packages: list[str], no_deps: tuple[str, ...] = ()) -> None:
     base = getattr(sys, "_base_executable", sys.executable)
     _run([base, "-m", "venv", str(path)], f"python -m venv {path}")
-    _run(
-        [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet", *packages],
-        f"pip install {' '.join(packages)}",
-    )
+    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    _run([*pip, *packages], f"pip install {' '.join(packages)}")
+    if no_deps:
+        _run([*pip, "--no-deps", *no_deps], f"pip install --no-deps {' '.join(no_deps)}")
 
 
 def bare_env() -> Path:
@@ -111,7 +111,8 @@ def packed_env() -> Path:
     (wheel,) = wheels.glob("spark_receivers-*.whl")
     venv = envs_root() / f"packed-{key}"
     shutil.rmtree(venv, ignore_errors=True)
-    _make_venv(venv, [*pins, str(wheel)])
+    # No pyspark in it: executors run PySpark from their Spark's python/lib/pyspark.zip.
+    _make_venv(venv, pins, no_deps=(str(wheel),))
     tmp = out.with_name(out.name + ".tmp.tar.gz")
     _run(
         [
