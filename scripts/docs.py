@@ -57,6 +57,17 @@ UNITS = {
     "batch_read_partitions": "tasks",
     "receiver_max_restarts": "restarts (-1: no limit)",
     "lost_block_policy": "fail or skip",
+    "driver_host": "host",
+    "driver_bind_address": "address",
+    "driver_ports": "port or range",
+    "executor_host": "host",
+    "executor_bind_address": "address",
+    "executor_ports": "port or range",
+    "rpc_tls_cert_file": "path (PEM)",
+    "rpc_tls_key_file": "path (PEM)",
+    "rpc_tls_ca_file": "path (PEM)",
+    "rpc_tls_server_name": "name",
+    "ship_package": "auto/check/off",
 }
 
 
@@ -80,7 +91,7 @@ def default_of(field: dataclasses.Field[Any]) -> str:
         return str(value).lower()
     if value == "":
         return "'' (none)"
-    if field.name.endswith("_bytes") and value % (1 << 20) == 0:
+    if field.name.endswith("_bytes") and value and value % (1 << 20) == 0:
         return f"{value} ({value >> 20} MiB)"
     return str(value)
 

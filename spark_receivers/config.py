@@ -34,11 +34,14 @@ from typing import Any
 
 from spark_receivers.config_checks import RATE_ESTIMATORS, parse, validate
 from spark_receivers.errors import ConfigError
+from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
 UNLIMITED_RATE = 0
 """``receiver_max_rate`` value meaning "no limit" (Spark uses Long.MaxValue)."""
+LOCAL_BLOCK_STORE_MEMORY = 512 * 1024 * 1024
+"""The block budget of a receiver when ``block_store_memory_bytes`` is 0 and nothing derived it."""
 
 
 def _key(default: Any, spark_key: str, doc: str, *, old: str | None = None) -> Any:
@@ -200,16 +203,76 @@ class StreamingConfig:
         "The window in which maxRestarts restarts of one receiver fail the context.",
     )
 
+    # --- network: where the driver endpoint and the block servers bind and what they advertise
+    driver_host: str = _key(
+        "",
+        "spark.receivers.driver.host",
+        "Host executors reach the driver's endpoint by; '' = spark.driver.host.",
+    )
+    driver_bind_address: str = _key(
+        "",
+        "spark.receivers.driver.bindAddress",
+        "Address the driver's endpoint binds; '' = spark.driver.bindAddress, else the host.",
+    )
+    driver_ports: str = _key(
+        "0",
+        "spark.receivers.driver.ports",
+        "Port or range (40000-40009) of the driver's endpoint; 0 = any free port.",
+    )
+    executor_host: str = _key(
+        "",
+        "spark.receivers.executor.host",
+        "Host a block server advertises; '' = the host Spark knows its executor by.",
+    )
+    executor_bind_address: str = _key(
+        "",
+        "spark.receivers.executor.bindAddress",
+        "Address block servers bind; '' = the advertised host (0.0.0.0: every interface).",
+    )
+    executor_ports: str = _key(
+        "0",
+        "spark.receivers.executor.ports",
+        "Port or range of block servers (one port per receiver); 0 = any free port.",
+    )
+    # --- TLS on every endpoint and client
+    rpc_tls_enabled: bool = _key(
+        False,
+        "spark.receivers.rpc.tls.enabled",
+        "Serve and call every endpoint over TLS (needs certFile, keyFile, caFile).",
+    )
+    rpc_tls_cert_file: str = _key(
+        "", "spark.receivers.rpc.tls.certFile", "PEM certificate chain every endpoint serves."
+    )
+    rpc_tls_key_file: str = _key(
+        "", "spark.receivers.rpc.tls.keyFile", "PEM private key of certFile."
+    )
+    rpc_tls_ca_file: str = _key(
+        "", "spark.receivers.rpc.tls.caFile", "PEM CA certificate(s) clients trust."
+    )
+    rpc_tls_server_name: str = _key(
+        "",
+        "spark.receivers.rpc.tls.serverName",
+        "Name clients check certificates for; '' = the host they connect to.",
+    )
+    # --- deployment
+    block_store_memory_bytes: int = _key(
+        0,
+        "spark.receivers.receiver.blockStoreMemory",
+        "Memory the blocks kept on one executor take before they spill to disk (512m, 1g): "
+        "its block keeper's budget (with keepers off, each receiver's); 0 = derived from "
+        "the executor's memory settings.",
+    )
+    ship_package: str = _key(
+        "auto",
+        "spark.receivers.shipPackage",
+        "At start, check that executors import this spark_receivers: auto = ship it "
+        "(addPyFile) when they do not; check = fail naming what to pass; off = no check.",
+    )
     block_keeper_enabled: bool = _key(
         True,
         "spark.receivers.blockKeeper.enabled",
         "Keep blocks in a keeper process per executor (they outlive the receiver's task, "
         "and _2 levels copy them to a second executor); false: in the receiver's task.",
-    )
-    block_keeper_memory_bytes: int = _key(
-        512 * 1024 * 1024,
-        "spark.receivers.blockKeeper.memory",
-        "Memory a block keeper (one per executor) holds before levels with disk spill (bytes).",
     )
     lost_block_policy: str = _key(
         "fail",
@@ -220,6 +283,23 @@ class StreamingConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+
+    @property
+    def block_store_budget_bytes(self) -> int:
+        """``block_store_memory_bytes``, or :data:`LOCAL_BLOCK_STORE_MEMORY` when it is 0."""
+        return self.block_store_memory_bytes or LOCAL_BLOCK_STORE_MEMORY
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        """The TLS settings of every endpoint and client (None when TLS is off)."""
+        if not self.rpc_tls_enabled:
+            return None
+        return TlsConfig(
+            self.rpc_tls_cert_file,
+            self.rpc_tls_key_file,
+            self.rpc_tls_ca_file,
+            self.rpc_tls_server_name or None,
+        )
 
     # --- building --------------------------------------------------------------
 
@@ -331,4 +411,10 @@ def spark_conf_of(spark: Any) -> dict[str, str]:
     return conf
 
 
-__all__ = ["RATE_ESTIMATORS", "UNLIMITED_RATE", "StreamingConfig", "spark_conf_of"]
+__all__ = [
+    "LOCAL_BLOCK_STORE_MEMORY",
+    "RATE_ESTIMATORS",
+    "UNLIMITED_RATE",
+    "StreamingConfig",
+    "spark_conf_of",
+]

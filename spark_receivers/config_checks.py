@@ -9,6 +9,7 @@ key, the value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from spark_receivers.errors import ConfigError
@@ -16,6 +17,11 @@ from spark_receivers.util.durations import parse_duration
 
 RATE_ESTIMATORS = ("pid",)
 """Names accepted by ``spark.streaming.backpressure.rateEstimator``."""
+SHIP_PACKAGE_MODES = ("auto", "check", "off")
+"""Values of ``spark.receivers.shipPackage``."""
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+"""Bind-everything addresses: fine to bind, never to advertise."""
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 LOST_BLOCK_POLICIES = ("fail", "skip")
 """Values accepted by ``spark.receivers.lostBlockPolicy``."""
@@ -26,6 +32,8 @@ def parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
     default = f.default
     if isinstance(default, str):
         return raw.strip()
+    if f.name.endswith("_bytes"):
+        return parse_size(raw, spark_key)
     if f.name.endswith("_ms"):
         return round(parse_duration(raw, spark_key, default_unit="ms") * 1000)
     if f.name.endswith("_s"):
@@ -45,18 +53,27 @@ def parse(f: dataclasses.Field[Any], spark_key: str, raw: str) -> Any:
         raise ConfigError(msg) from None
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
 def parse_size(raw: str, spark_key: str) -> int:
-    """A byte size as Spark writes it: ``1048576``, ``512k``, ``64m``, ``2g`` (``kb``... too)."""
-    text = raw.strip().lower().removesuffix("b") if raw.strip().lower() != "b" else "1"
-    number = text.rstrip("kmgt")
-    unit = text[len(number) :]
-    if number.isdigit() and unit in _SIZE_UNITS:
-        return int(number) * _SIZE_UNITS[unit]
-    msg = f"{spark_key} must be a size in bytes such as 1048576, 512k, 64m or 2g; got {raw!r}"
-    raise ConfigError(msg)
+    """Bytes from Spark's size syntax: ``4096``, ``64k``, ``512m``, ``1g`` (``kb``/``mb`` too)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", raw.lower())
+    if m is None:
+        msg = f"{spark_key} must be a size in bytes (4096, 64k, 512m, 1g), got {raw!r}"
+        raise ConfigError(msg)
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def parse_ports(raw: str, spark_key: str) -> tuple[int, int]:
+    """``"0"`` (any port), ``"N"`` or ``"N-M"`` as an inclusive ``(first, last)``."""
+    m = re.fullmatch(r"\s*(\d{1,5})\s*(?:-\s*(\d{1,5})\s*)?", raw)
+    first = int(m.group(1)) if m else -1
+    last = int(m.group(2) or first) if m else -1
+    if m is None or last > 65535 or last < first or (first == 0 and last != 0):
+        msg = (
+            f"{spark_key} must be 0 (any free port), a port, or a range like 40000-40009; "
+            f"got {raw!r}"
+        )
+        raise ConfigError(msg)
+    return first, last
 
 
 def validate(cfg: Any) -> None:
@@ -66,7 +83,6 @@ def validate(cfg: Any) -> None:
         "block_queue_size",
         "concurrent_jobs",
         "max_message_bytes",
-        "block_keeper_memory_bytes",
     ):
         _positive_int(cfg, name)
     for name in ("receiver_restart_delay_ms", "graceful_stop_timeout_ms", "batch_read_partitions"):
@@ -113,6 +129,58 @@ def validate(cfg: Any) -> None:
         _positive(cfg, f"{side}_wal_rolling_interval_s")
         _positive_int(cfg, f"{side}_wal_max_failures")
     _positive_int(cfg, "driver_wal_batching_timeout_ms")
+    _validate_deployment(cfg)
+
+
+def _validate_deployment(cfg: Any) -> None:
+    """The network, TLS and deployment keys (their syntax; what they name is checked at start)."""
+    for name in (
+        "driver_host",
+        "driver_bind_address",
+        "driver_ports",
+        "executor_host",
+        "executor_bind_address",
+        "executor_ports",
+        "rpc_tls_cert_file",
+        "rpc_tls_key_file",
+        "rpc_tls_ca_file",
+        "rpc_tls_server_name",
+        "ship_package",
+    ):
+        if not isinstance(getattr(cfg, name), str):
+            msg = f"{_describe(cfg, name)} must be a string, got {getattr(cfg, name)!r}"
+            raise ConfigError(msg)
+    for name in ("driver_ports", "executor_ports"):
+        parse_ports(getattr(cfg, name), _describe(cfg, name))
+    for name in ("driver_host", "executor_host"):
+        if getattr(cfg, name).strip() in WILDCARDS:
+            msg = (
+                f"{_describe(cfg, name)} is advertised to other processes and cannot be "
+                f"{getattr(cfg, name)!r}: give a host name or address they reach this one by "
+                "(bind every interface with the bindAddress key instead)"
+            )
+            raise ConfigError(msg)
+    if cfg.rpc_tls_enabled:
+        for name in ("rpc_tls_cert_file", "rpc_tls_key_file", "rpc_tls_ca_file"):
+            if not getattr(cfg, name):
+                msg = (
+                    f"{_describe(cfg, name)} must name a PEM file when "
+                    "spark.receivers.rpc.tls.enabled is true"
+                )
+                raise ConfigError(msg)
+    value = cfg.block_store_memory_bytes
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        msg = (
+            f"{_describe(cfg, 'block_store_memory_bytes')} must be a size >= 0 "
+            f"(0 = derived), got {value!r}"
+        )
+        raise ConfigError(msg)
+    if cfg.ship_package not in SHIP_PACKAGE_MODES:
+        msg = (
+            f"{_describe(cfg, 'ship_package')} must be one of {', '.join(SHIP_PACKAGE_MODES)}; "
+            f"got {cfg.ship_package!r}"
+        )
+        raise ConfigError(msg)
 
 
 def _describe(cfg: Any, name: str) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig, spark_conf_of
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.deployment import prepare
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
 from spark_receivers.driver.progress import ProgressRecorder
@@ -27,7 +28,6 @@ from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.errors import ConfigError, StateError, StreamingError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
-from spark_receivers.rpc.transport import local_bind_host
 from spark_receivers.stream import (
     DataFrameStream,
     ReceiverInputStream,
@@ -241,13 +241,15 @@ class StreamingContext:
                 msg = "no output operation: call foreach_batch(...) on a stream before start()"
                 raise StateError(msg)
             check_local_cores(self._spark_conf.get("spark.master", ""), len(self._graph.inputs))
+            # Network, memory budget, executors' package: one clear error here, or go.
+            deployment = prepare(self.spark.sparkContext, self.config, self._spark_conf)
             self._scheduler = JobScheduler(
                 self.spark,
                 self._graph,
                 self.batch_interval_ms,
-                self.config,
+                deployment.config,
                 self._secret,
-                local_bind_host(self._spark_conf),
+                deployment.driver,
                 self._bus,
                 self._clock,
                 self._on_failure,

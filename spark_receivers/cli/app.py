@@ -87,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate", type=float, default=20_000.0, help="lines per second offered (default 20000)"
     )
     _interval_flags(p)
-    _spark_flags(p, "local[4]", "a local Spark master (default local[4])")
+    _spark_flags(
+        p,
+        "local[4]",
+        "Spark master (default local[4]); on a cluster (spark://...) the line source "
+        "listens on spark.driver.host",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.set_defaults(command_module="demo")
     q = sub.add_parser(

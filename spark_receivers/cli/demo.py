@@ -3,8 +3,11 @@
 A :class:`LineSource` on 127.0.0.1 sends numbered lines of words to a
 :class:`SocketTextReceiver`; each batch is counted and its top words printed;
 at the end the command checks that every line sent was received and processed
-exactly once (exit 1 otherwise). The one command that sets ``SPARK_LOCAL_IP``
-(to 127.0.0.1, when unset): everything it runs is on this machine.
+exactly once (exit 1 otherwise). On local Spark it is the one command that sets
+``SPARK_LOCAL_IP`` (to 127.0.0.1, when unset): everything it runs is on this
+machine. With ``--master spark://...`` (or any cluster master) the line source
+listens on the driver's host (``spark.driver.host``) instead, on a free port the
+executors must be able to reach.
 """
 
 from __future__ import annotations
@@ -41,20 +44,16 @@ def run(
         msg = f"--rate must be a finite number of lines/s > 0, got {args.rate!r}"
         raise ConfigError(msg)
     settings = spark_settings("spark-receivers-demo", args.master, args.conf, ui=not args.no_ui)
-    if not is_local(settings.master):
-        msg = (
-            "demo runs on local Spark only (its line source is on 127.0.0.1), "
-            f"got --master {settings.master}"
-        )
-        raise ConfigError(msg)
+    local = is_local(settings.master)
     out = sys.stdout
     say: Callable[..., None] = (
         (lambda *a: print(*a, file=sys.stderr, flush=True))
         if args.json
         else (lambda *a: print(*a, file=out, flush=True))
     )
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    say(f"starting local Spark ({settings.master}) ...")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    say(f"starting {'local ' if local else ''}Spark ({settings.master}) ...")
     spark = start(settings)
     try:
         summary = _word_count(spark, args.rate, seconds, interval_ms, say)
@@ -72,7 +71,10 @@ def _word_count(
 
     from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
 
-    source = LineSource(rate=rate).start()
+    # On a cluster the executors connect to the source: it listens where they reach the driver.
+    master = spark.sparkContext.master or ""
+    host = "127.0.0.1" if is_local(master) else spark.conf.get("spark.driver.host", "127.0.0.1")
+    source = LineSource(host=host or "127.0.0.1", rate=rate).start()
     ssc = StreamingContext(spark, batch_interval_ms=interval_ms)
     lines = ssc.receiver_stream(SocketTextReceiver(source.host, source.port))
     stats = {"processed": 0, "batches": 0, "processing_ms": 0.0}

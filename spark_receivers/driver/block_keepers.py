@@ -267,9 +267,7 @@ def keeper_starter(
         or is_local_master(sc.master or "")
     ):
         return None
-    spec = KeeperTaskSpec(
-        tracker_address, secret, config.block_keeper_memory_bytes, config.max_message_bytes
-    )
+    spec = KeeperTaskSpec(tracker_address, secret, config.as_dict())
     group = f"spark-receivers-{sc.applicationId}-block-keepers"
     starter = KeeperStarter(
         keepers,

@@ -5,29 +5,20 @@ the tracker endpoint, the :class:`ReceiverTracker` with its launcher and outbox,
 the :class:`JobGenerator`, the rate controllers, the checkpoint writer and the
 listener bus. ``StreamingContext`` is only its public face.
 
-**Start**, in this order (docs/architecture.md says why): data sources and the
-block tracker (a recovering driver replays its WAL); the listener bus; the
-tracker endpoint with the tracker core, the launcher, the outbox and the block
-keepers' registry behind it; rate controllers; the job generator (a fresh start
-writes a first checkpoint); ``on_streaming_started``; the receivers, then the
-timer — or, recovering, the timer first (the batches to run again hold exactly
-what was logged), then the receivers; block keepers on executors without one;
-the block reader's warm-up, off the batch path.
-
-**Stop**, graceful: (1) the receivers are told to stop; they push their last
-blocks and deregister (waited for); (2) the job generator allocates every block
-received, stops its timer and processes every queued batch; (3) the receivers
-and the block keepers are released (they drop their blocks and end; a receiver
-job that does not end is cancelled); (4) the endpoint, the outbox, the block
-tracker's WAL, the rate controllers and the bus close. Not graceful: the same,
-but nothing waits for deregistration and queued batches are dropped.
+**Start** and **stop** follow the order docs/architecture.md gives, with its
+reasons: start the block tracker (a recovering driver replays its WAL), the bus,
+the tracker endpoint (tracker core, launcher, outbox, block keepers' registry),
+rate controllers, the job generator, then the receivers and the timer (recovering:
+the timer first), keepers on executors without one and the reader's warm-up.
+A graceful stop stops the receivers (they push their last blocks and deregister),
+processes every block received, releases the receivers and keepers, then closes
+the endpoint, the outbox, the WAL, the controllers and the bus; a stop that is not
+graceful waits for no deregistration and drops the queued batches.
 
 **Failure**: a failed batch, a background thread that dies (the timer, a
-receiver's launcher), or a receiver that failed more often than the restart
-policy allows (``spark.receivers.receiver.maxRestarts`` within
-``restartWindow``) calls :meth:`JobScheduler.fail`: the first cause is kept
-and the context stops at once (``on_failure``), so ``await_termination``
-raises it instead of the stream going quiet.
+receiver's launcher), or a receiver failing more than ``maxRestarts`` times
+within ``restartWindow`` calls :meth:`JobScheduler.fail`: the first cause is
+kept, the context stops at once and ``await_termination`` raises it.
 """
 
 from __future__ import annotations
@@ -58,6 +49,7 @@ from spark_receivers.driver.status import StreamingStatus
 from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.errors import RpcError, WriteAheadLogError
 from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.spark import block_source, stream_source
 from spark_receivers.spark.block_fetch import lost_blocks_in
@@ -97,7 +89,7 @@ class JobScheduler:
         batch_interval_ms: int,
         config: StreamingConfig,
         secret: str,
-        host: str,
+        host: str | EndpointNetwork,
         bus: ListenerBus,
         clock: Clock,
         on_failure: Callable[[], None],
@@ -108,7 +100,7 @@ class JobScheduler:
         self._spark = spark
         self._launcher_factory = launcher_factory or ReceiverLauncher
         self._client_factory = client_factory or (
-            lambda address: EndpointClient(address, self._secret)
+            lambda address: EndpointClient(address, self._secret, tls=config.tls)
         )
         self._graph = graph
         self._interval_ms = batch_interval_ms
@@ -116,7 +108,7 @@ class JobScheduler:
         self._checkpoint_dir = config.checkpoint_dir or None
         self._layout = CheckpointLayout(self._checkpoint_dir) if self._checkpoint_dir else None
         self._secret = secret
-        self._host = host
+        self._network = EndpointNetwork(host, host) if isinstance(host, str) else host
         self._bus = bus
         self._clock = clock
         self._on_failure = on_failure
@@ -169,11 +161,13 @@ class JobScheduler:
         )
         self._endpoint = FlightEndpoint(
             "receiver-tracker",
-            self._host,
+            self._network.bind_host,
             self._secret,
             m.TRACKER_MESSAGES,
             self._dispatch,
             max_message_bytes=cfg.max_message_bytes,
+            tls=cfg.tls,
+            **self._network.endpoint_kwargs(),
         )
         overrides = {}
         if cfg.receiver_wal_enabled:
@@ -286,6 +280,7 @@ class JobScheduler:
             block_source.SECRET_OPTION: self._secret,
             "stream_id": str(stream_id),
             "max_partitions": str(self._read_partitions),
+            **block_source.tls_options(self._config.tls),
         }
         if self._checkpoint_dir:
             options["checkpoint_dir"] = self._checkpoint_dir
@@ -313,6 +308,7 @@ class JobScheduler:
             self._read_partitions,
             self._config.lost_block_policy,
             self._endpoint.address,
+            tls=self._config.tls,
         )
 
     def generate_jobs(self, batch_time_ms: int, blocks: Blocks) -> list[OutputOperation]:

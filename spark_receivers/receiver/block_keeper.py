@@ -40,6 +40,7 @@ from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.rpc.transport import FlightEndpoint
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,23 @@ class KeeperSettings:
     memory_budget_bytes: int = 512 * 1024 * 1024
     spill_dir: str | None = None
     max_message_bytes: int = 4 * 1024 * 1024
-    port: int = 0
+    bind_host: str = ""
+    """Where to bind ('' = ``host``); ``host`` is what the keeper advertises."""
+    ports: tuple[int, int] = (0, 0)
+    """The ports it may take (``spark.receivers.executor.ports``; ``(0, 0)``: any)."""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_server_name: str = ""
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        """The keeper's TLS settings (None: plaintext)."""
+        if not self.tls_cert_file:
+            return None
+        return TlsConfig(
+            self.tls_cert_file, self.tls_key_file, self.tls_ca_file, self.tls_server_name or None
+        )
 
 
 def process_start(pid: int) -> str:
@@ -93,13 +110,15 @@ class BlockKeeper:
         self._released = threading.Event()
         self._endpoint = FlightEndpoint(
             "block-keeper",
-            settings.host,
+            settings.bind_host or settings.host,
             settings.secret,
             m.KEEPER_MESSAGES,
             self._handle,
             self._read,
             settings.max_message_bytes,
-            port=settings.port,
+            tls=settings.tls,
+            advertise_host=settings.host,
+            ports=tuple(settings.ports),  # type: ignore[arg-type]
             block_writer=self._put,
         )
 
@@ -175,7 +194,8 @@ def main() -> int:
         level=os.environ.get("SPARK_RECEIVERS_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s block-keeper[%(process)d] %(name)s: %(message)s",
     )
-    settings = KeeperSettings(**json.loads(sys.stdin.read()))
+    raw = json.loads(sys.stdin.read())
+    settings = KeeperSettings(**{**raw, "ports": tuple(raw.get("ports", (0, 0)))})
     keeper = BlockKeeper(settings)
     sys.stdout.write(json.dumps({"address": keeper.address, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, RpcError
+from spark_receivers.receiver.block_keeper import KeeperSettings
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper
 from spark_receivers.receiver.storage_level import StorageLevel
@@ -49,6 +50,7 @@ __all__ = [
     "KeeperSink",
     "Placed",
     "effective_level",
+    "keeper_settings",
     "keeper_sink",
 ]
 
@@ -303,6 +305,30 @@ class KeeperSink:
             client.close()
 
 
+def keeper_settings(secret: str, host: str, config: StreamingConfig) -> KeeperSettings:
+    """How this executor's keeper starts: advertising ``host``, bound and secured per ``config``.
+
+    The same network keys as the receivers' block servers
+    (``spark.receivers.executor.bindAddress`` / ``.ports``) and the same TLS.
+    """
+    from spark_receivers.config_checks import parse_ports
+
+    tls = config.tls
+    return KeeperSettings(
+        secret=secret,
+        host=host,
+        watch_pid=0,
+        memory_budget_bytes=config.block_store_budget_bytes,
+        max_message_bytes=config.max_message_bytes,
+        bind_host=config.executor_bind_address or host,
+        ports=parse_ports(config.executor_ports, "spark.receivers.executor.ports"),
+        tls_cert_file=tls.cert_file if tls else "",
+        tls_key_file=tls.key_file if tls else "",
+        tls_ca_file=tls.ca_file if tls else "",
+        tls_server_name=(tls.server_name or "") if tls else "",
+    )
+
+
 def keeper_sink(
     stream_id: int,
     executor_id: str,
@@ -314,15 +340,10 @@ def keeper_sink(
     clock: Clock | None = None,
 ) -> KeeperSink:
     """A :class:`KeeperSink` for a supervisor, with this executor's keeper and Flight clients."""
+    settings = keeper_settings(secret, host, config)
 
     def local(restart: bool) -> KeeperHandle:
-        return ensure_local_keeper(
-            secret,
-            host,
-            memory_budget_bytes=config.block_keeper_memory_bytes,
-            max_message_bytes=config.max_message_bytes,
-            restart=restart,
-        )
+        return ensure_local_keeper(settings, restart=restart)
 
     return KeeperSink(
         stream_id,
@@ -331,7 +352,7 @@ def keeper_sink(
         level,
         local,
         tracker,
-        lambda address: EndpointClient(address, secret),
+        lambda address: EndpointClient(address, secret, tls=config.tls),
         config.block_store_timeout_s,
         clock,
     )

@@ -24,11 +24,28 @@ import pyarrow as pa
 from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.hosts import EndpointNetwork
+from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.rpc.transport import FlightEndpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BlockServer"]
+__all__ = ["BlockServer", "server_settings"]
+
+
+def server_settings(config: Any, host: str) -> dict[str, Any]:
+    """The network and TLS keyword arguments of a :class:`BlockServer` advertising ``host``.
+
+    ``config`` is the receiver's :class:`~spark_receivers.config.StreamingConfig`
+    (``spark.receivers.executor.bindAddress`` / ``.ports``, ``spark.receivers.rpc.tls.*``).
+    """
+    from spark_receivers.config_checks import parse_ports
+
+    ports = parse_ports(config.executor_ports, "spark.receivers.executor.ports")
+    return {
+        "network": EndpointNetwork(config.executor_bind_address or host, host, ports),
+        "tls": config.tls,
+    }
 
 
 class BlockServer:
@@ -49,7 +66,12 @@ class BlockServer:
         cleanup: Callable[[int], None],
         update_rate: Callable[[float], None],
         max_message_bytes: int,
+        *,
+        network: EndpointNetwork | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
+        """``host`` is advertised; ``network`` (default: bind ``host``, any port) and ``tls``."""
+        network = network or EndpointNetwork(host, host)
         self.stream_id = stream_id
         self.block_store = block_store
         self._stop = stop
@@ -59,12 +81,14 @@ class BlockServer:
         self._released = False
         self._endpoint = FlightEndpoint(
             f"receiver-{stream_id}",
-            host,
+            network.bind_host,
             secret,
             m.SUPERVISOR_MESSAGES,
             self._handle,
             self._read_block,
             max_message_bytes,
+            tls=tls,
+            **network.endpoint_kwargs(),
         )
 
     @property

@@ -16,6 +16,7 @@ ends when the executor does. Its log goes next to its file (``<key>.log``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -86,23 +87,18 @@ def executor_jvm_pid() -> int:
 
 
 def ensure_local_keeper(
-    secret: str,
-    host: str,
-    *,
-    memory_budget_bytes: int,
-    max_message_bytes: int,
-    spill_dir: str | None = None,
-    restart: bool = False,
-    watch_pid: int | None = None,
+    settings: KeeperSettings, *, restart: bool = False, watch_pid: int | None = None
 ) -> KeeperHandle:
-    """The keeper of this executor and context, started if none runs.
+    """The keeper of this executor and context (``settings.secret``), started if none runs.
 
-    ``restart`` starts a new one even when a keeper is on file (the caller found
-    it not answering; the old process, if alive, is killed). Raises
-    :class:`BlockStoreError` when a keeper cannot be started.
+    ``settings`` say how to start one (its watched process is filled in: the
+    executor's JVM, or ``watch_pid``). ``restart`` starts a new one even when a
+    keeper is on file (the caller found it not answering; the old process, if
+    alive, is killed). Raises :class:`BlockStoreError` when a keeper cannot be
+    started.
     """
     watch = watch_pid or executor_jvm_pid()
-    key = f"{watch}-{hashlib.sha256(secret.encode()).hexdigest()[:16]}"
+    key = f"{watch}-{hashlib.sha256(settings.secret.encode()).hexdigest()[:16]}"
     base = keeper_dir()
     with _locked(base / f"{key}.lock"):
         known = _read_handle(base / f"{key}.json")
@@ -111,14 +107,11 @@ def ensure_local_keeper(
                 return known
             with contextlib.suppress(OSError):
                 os.kill(known.pid, 9)
-        settings = KeeperSettings(
-            secret=secret,
-            host=host,
+        settings = dataclasses.replace(
+            settings,
             watch_pid=watch,
             watch_start=process_start(watch),
-            memory_budget_bytes=memory_budget_bytes,
-            spill_dir=spill_dir or _local_dir(),
-            max_message_bytes=max_message_bytes,
+            spill_dir=settings.spill_dir or _local_dir(),
         )
         handle = _start(settings, base / f"{key}.log")
         (base / f"{key}.json").write_text(json.dumps(asdict(handle)))

@@ -55,7 +55,7 @@ from spark_receivers.receiver.block_placement import (
     effective_level,
     keeper_sink,
 )
-from spark_receivers.receiver.block_server import BlockServer
+from spark_receivers.receiver.block_server import BlockServer, server_settings
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
@@ -114,8 +114,8 @@ class ReceiverSupervisor:
         self._schema = receiver.schema
         self._default_schema = is_default(self._schema)
         self.storage_level = effective_level(receiver.storage_level, config, stream_id)
-        self.block_store = BlockStore(self.storage_level)
-        self._tracker = EndpointClient(tracker_address, secret)
+        self.block_store = BlockStore(self.storage_level, config.block_store_budget_bytes)
+        self._tracker = EndpointClient(tracker_address, secret, tls=config.tls)
         sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
         if config.block_keeper_enabled:
             sink = keeper_sink(
@@ -138,6 +138,7 @@ class ReceiverSupervisor:
             cleanup=self.block_handler.cleanup_old_blocks,
             update_rate=lambda rate: self._generator.update_rate(rate),
             max_message_bytes=config.max_message_bytes,
+            **server_settings(config, host),
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
         self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=self._clock)

@@ -1,8 +1,21 @@
-"""The one place that decides which host our servers bind to and advertise.
+"""The one place that decides which host our servers bind to and which they advertise.
 
-Both sides use it: the driver for the receiver tracker's endpoint (it passes its
-Spark conf), an executor for a receiver's block server and for built-in
-receivers that listen (no conf: executors do not see the driver's keys).
+Two kinds of servers, each with a bind address, an advertised host and a port range
+(keys under ``spark.receivers.*``, see docs/deploy.md):
+
+* the driver's tracker endpoint (:func:`driver_network`): advertised as
+  ``spark.receivers.driver.host``, else Spark's own ``spark.driver.host`` (what
+  executors already reach the driver by); bound to
+  ``spark.receivers.driver.bindAddress``, else ``spark.driver.bindAddress``, else
+  the advertised host;
+* a receiver's block server on an executor (:func:`executor_network`): advertised
+  as ``spark.receivers.executor.host``, else **the host Spark knows the executor
+  by** (the ``--hostname`` its cluster manager started it with), never what this
+  machine's hostname resolves to (``127.0.1.1`` on stock Debian/Ubuntu); bound to
+  ``spark.receivers.executor.bindAddress``, else the advertised host.
+
+A wildcard (``0.0.0.0``) may be bound, never advertised: resolving to one raises
+:class:`~spark_receivers.errors.ConfigError` naming the key it came from.
 """
 
 from __future__ import annotations
@@ -10,20 +23,51 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["DRIVER_HOST_KEYS", "FALLBACK_HOST", "local_host"]
+from spark_receivers.config_checks import WILDCARDS, parse_ports
+from spark_receivers.errors import ConfigError
+
+__all__ = [
+    "DRIVER_HOST_KEYS",
+    "FALLBACK_HOST",
+    "WILDCARD_HOSTS",
+    "EndpointNetwork",
+    "check_bindable",
+    "driver_network",
+    "executor_network",
+    "local_host",
+    "spark_executor_host",
+]
 
 FALLBACK_HOST = "127.0.0.1"
 """Used when this machine's hostname does not resolve."""
 
 DRIVER_HOST_KEYS = ("spark.driver.bindAddress", "spark.driver.host")
-"""The driver's Spark conf keys consulted, in order."""
+"""The driver's Spark conf keys :func:`local_host` consults, in order."""
+
+WILDCARD_HOSTS = (*WILDCARDS, "")
+"""Hosts no client can connect to."""
+
+
+@dataclass(frozen=True)
+class EndpointNetwork:
+    """Where one server binds, what it advertises, and which ports it may take."""
+
+    bind_host: str
+    advertise_host: str
+    ports: tuple[int, int] = (0, 0)
+
+    def endpoint_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~spark_receivers.rpc.transport.FlightEndpoint`."""
+        return {"advertise_host": self.advertise_host, "ports": self.ports}
 
 
 def local_host(
     spark_conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """The host our servers bind to and advertise, in this order.
+    """A host for servers that have no setting of their own (built-in listening receivers).
 
     1. ``SPARK_LOCAL_IP`` when set (it is what Spark itself binds to);
     2. on the driver (``spark_conf`` given): ``spark.driver.bindAddress``, then
@@ -47,3 +91,111 @@ def local_host(
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return FALLBACK_HOST
+
+
+def driver_network(cfg: Any, spark_conf: Mapping[str, str]) -> EndpointNetwork:
+    """The tracker endpoint's network settings (see the module doc); no I/O.
+
+    ``cfg`` is a :class:`~spark_receivers.config.StreamingConfig`.
+    """
+    if cfg.driver_host:
+        host, key = cfg.driver_host, "spark.receivers.driver.host"
+    elif spark_conf.get("spark.driver.host"):
+        host, key = spark_conf["spark.driver.host"], "spark.driver.host"
+    else:
+        host, key = local_host(spark_conf), "spark.driver.bindAddress / SPARK_LOCAL_IP"
+    if host in WILDCARD_HOSTS:
+        msg = (
+            f"{key}={host!r} cannot be advertised to executors: set "
+            "spark.receivers.driver.host to the host name or address executors reach the "
+            "driver by"
+        )
+        raise ConfigError(msg)
+    bind = cfg.driver_bind_address or spark_conf.get("spark.driver.bindAddress") or host
+    ports = parse_ports(cfg.driver_ports, "spark.receivers.driver.ports")
+    return EndpointNetwork(bind, host, ports)
+
+
+def spark_executor_host(pid: int | None = None) -> str | None:
+    """The host Spark knows this executor by, or None outside an executor.
+
+    A Python worker is a child of its executor's JVM (through PySpark's daemon),
+    whose command line carries ``--hostname`` (standalone, YARN and Kubernetes
+    executors all get one from their cluster manager); Kubernetes also sets
+    ``SPARK_EXECUTOR_POD_IP``.
+    """
+    pod_ip = os.environ.get("SPARK_EXECUTOR_POD_IP")
+    if pod_ip:
+        return pod_ip
+    pid = os.getpid() if pid is None else pid
+    for _ in range(6):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            if "--hostname" in args and "--executor-id" in args:
+                return args[args.index("--hostname") + 1]
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+def _route_to(host: str) -> str | None:
+    """The local address this machine reaches ``host`` from (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))
+            address = str(s.getsockname()[0])
+    except OSError:
+        return None
+    return None if address in WILDCARD_HOSTS else address
+
+
+def executor_network(cfg: Any, driver_host: str) -> EndpointNetwork:
+    """A block server's network settings on this executor (see the module doc).
+
+    ``driver_host`` is the host of the driver's endpoint: in local mode (no
+    executor JVM above us) the block server is on the driver's machine and
+    advertises that host; failing everything else, the address this machine
+    routes to the driver from.
+    """
+    host = cfg.executor_host or spark_executor_host()
+    if not host:
+        host = driver_host if driver_host not in WILDCARD_HOSTS else None
+        if host is None or not _is_local_address(host):
+            host = _route_to(driver_host) or local_host()
+    bind = cfg.executor_bind_address or host
+    ports = parse_ports(cfg.executor_ports, "spark.receivers.executor.ports")
+    return EndpointNetwork(bind, host, ports)
+
+
+def _is_local_address(host: str) -> bool:
+    """True when ``host`` names an address of this machine (it can be bound here)."""
+    try:
+        check_bindable(host, "host")
+    except ConfigError:
+        return False
+    return True
+
+
+def check_bindable(host: str, key: str) -> None:
+    """Raise :class:`ConfigError` naming ``key`` unless ``host`` can be bound on this machine."""
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except OSError as e:
+        msg = f"{key}={host!r} does not resolve here: {e}"
+        raise ConfigError(msg) from None
+    error: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.bind(address)
+        except OSError as e:
+            error = e
+        else:
+            return
+    msg = f"{key}={host!r} is not an address of this machine ({error}): nothing can bind it"
+    raise ConfigError(msg)

@@ -1,10 +1,11 @@
 """Arrow Flight transport: authenticated control actions and block streams.
 
 A :class:`FlightEndpoint` is a Flight server bound to the host it is given
-(never 0.0.0.0 by default) whose every call must carry a valid signed token
-(see :mod:`spark_receivers.rpc.auth`); control messages are Flight actions
-named by the message type with a JSON body, blocks are served by ``do_get``.
-:class:`EndpointClient` signs every call it makes.
+(never advertising 0.0.0.0) whose every call must carry a token signed for
+exactly that call at that endpoint (see :mod:`spark_receivers.rpc.auth`);
+control messages are Flight actions named by the message type with a JSON
+body, blocks are served by ``do_get``.
+:class:`EndpointClient` signs every call it makes for the address it calls.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from spark_receivers.errors import AuthenticationError, RpcError
+from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
 from spark_receivers.rpc import messages
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, sign
-from spark_receivers.rpc.hosts import local_host
+from spark_receivers.rpc.hosts import WILDCARD_HOSTS, local_host
 from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -28,32 +29,79 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Any], Any]
 
 
-class _AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
-    def __init__(self, verifier: TokenVerifier, name: str) -> None:
+_METHODS = {
+    flight.FlightMethod.DO_ACTION: "DoAction",
+    flight.FlightMethod.DO_GET: "DoGet",
+    flight.FlightMethod.DO_PUT: "DoPut",
+    flight.FlightMethod.LIST_ACTIONS: "ListActions",
+}
+"""The Flight methods an endpoint answers, by the name their tokens are signed for."""
+
+
+class _CallToken(flight.ServerMiddleware):  # type: ignore[misc]
+    """The token a call carried, kept until the handler has the body to check it against."""
+
+    def __init__(self, token: str) -> None:
         super().__init__()
-        self._verifier = verifier
+        self.token = token
+
+
+class _AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+    """Refuses calls without a well-formed token; the handler checks it against the call."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
         self._name = name
 
-    def start_call(self, info: Any, headers: dict[str, list[Any]]) -> None:
+    def start_call(self, info: Any, headers: dict[str, list[Any]]) -> _CallToken:
         values = headers.get(AUTH_HEADER) or []
         token = values[0] if values else None
         if isinstance(token, bytes):
             token = token.decode("ascii", "replace")
-        reason = self._verifier.verify(token)
+        reason = TokenVerifier.well_formed(token)
+        if reason is None and info.method not in _METHODS:
+            reason = "method not served"
         if reason is not None:
             log.warning("%s refused a %s call: %s", self._name, info.method, reason)
             msg = f"{self._name}: {reason}"
             raise flight.FlightUnauthenticatedError(msg)
+        assert token is not None
+        return _CallToken(token)
+
+
+def _bind(
+    location: Callable[[int], str], ports: tuple[int, int], start: Callable[[str], None]
+) -> None:
+    """Start the server on the first free port of ``ports`` (``(0, 0)``: any port)."""
+    first, last = ports
+    error: Exception | None = None
+    for port in range(first, last + 1):
+        try:
+            start(location(port))
+        except (pa.ArrowException, OSError) as e:  # gRPC says only "did not start properly"
+            error = e
+            continue
+        return
+    span = "any port" if first == 0 else f"ports {first}-{last}"
+    msg = f"could not bind {location(first).rsplit(':', 1)[0]} on {span} (all in use?): {error}"
+    raise RpcError(msg) from error
 
 
 class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
-    """A Flight server with signed-token authentication on every call.
+    """A Flight server with call-bound token authentication on every call.
 
     ``handler(message)`` answers control actions (run on gRPC threads, may block
     briefly); ``block_reader(ticket_bytes)`` returns a :class:`pyarrow.Table` for
     ``do_get``; ``block_writer(command_bytes, table)`` takes a table sent by
-    ``do_put`` (its return is the acknowledgement; raising refuses it). Messages
-    are decoded against ``accepted`` only.
+    ``do_put`` (its return is the acknowledgement; raising refuses it; the token
+    covers the command, the data is covered by TLS when on). Messages are decoded
+    against ``accepted`` only.
+
+    The server binds ``host`` (``0.0.0.0`` binds every interface) on the first
+    free port of ``ports`` (inclusive; ``(0, 0)`` or ``port`` for one port) and
+    advertises ``advertise_host`` (default ``host``) with that port: that address
+    is what clients connect to and what their tokens are signed for. With ``tls``
+    it serves TLS only.
     """
 
     def __init__(
@@ -67,6 +115,9 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         max_message_bytes: int = 4 * 1024 * 1024,
         port: int = 0,
         tls: TlsConfig | None = None,
+        *,
+        advertise_host: str | None = None,
+        ports: tuple[int, int] | None = None,
         block_writer: Callable[[bytes, pa.Table], None] | None = None,
     ) -> None:
         self._name = name
@@ -75,17 +126,41 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._handler = handler
         self._block_reader = block_reader
         self._max_message_bytes = max_message_bytes
-        self.host = host
+        self.host = advertise_host or host
+        if self.host in WILDCARD_HOSTS:
+            msg = (
+                f"{name} would advertise {self.host!r}, which no client can connect to: "
+                "give it the host name or address clients reach it by"
+            )
+            raise ConfigError(msg)
         scheme = "grpc+tls" if tls is not None else "grpc+tcp"
         certificates = (
             [flight.CertKeyPair(tls.cert_pem(), tls.key_pem())] if tls is not None else []
         )
-        super().__init__(
-            location=f"{scheme}://{host}:{port}",
-            middleware={"auth": _AuthMiddlewareFactory(TokenVerifier(secret), name)},
-            tls_certificates=certificates,
-        )
+        self._verifier = TokenVerifier(secret)
+        factory = _AuthMiddlewareFactory(name)
+        bind_host = f"[{host}]" if ":" in host else host
+
+        def start(location: str) -> None:
+            super(FlightEndpoint, self).__init__(
+                location=location,
+                middleware={"auth": factory},
+                tls_certificates=certificates,
+            )
+
+        _bind(lambda p: f"{scheme}://{bind_host}:{p}", ports or (port, port), start)
+        self._verifier.endpoint = self.address
         self._closed = threading.Event()
+
+    def _check(self, context: Any, method: str, name: str, body: bytes) -> None:
+        """Refuse the call unless its token was signed for exactly this call here."""
+        found = context.get_middleware("auth")
+        token = found.token if isinstance(found, _CallToken) else None
+        reason = self._verifier.verify(token, method, name, body)
+        if reason is not None:
+            log.warning("%s refused a %s %s call: %s", self._name, method, name[:80], reason)
+            msg = f"{self._name}: {reason}"
+            raise flight.FlightUnauthenticatedError(msg)
 
     @property
     def address(self) -> str:
@@ -96,6 +171,7 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         """Decode, validate and dispatch one control message."""
         kind = action.type
         body = action.body.to_pybytes() if action.body is not None else b""
+        self._check(context, "DoAction", kind, body)
         try:
             message = messages.decode(kind, body, self._accepted, self._max_message_bytes)
         except RpcError as e:
@@ -113,6 +189,7 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         """Stream the block named by ``ticket``."""
+        self._check(context, "DoGet", "", ticket.ticket)
         if self._block_reader is None:
             msg = f"{self._name} serves no blocks"
             raise flight.FlightServerError(msg)
@@ -130,10 +207,11 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         writer: flight.FlightMetadataWriter,
     ) -> None:
         """Take the table a client sends; returning normally acknowledges it."""
+        command = descriptor.command or b""
+        self._check(context, "DoPut", "", command)
         if self._block_writer is None:
             msg = f"{self._name} takes no blocks"
             raise flight.FlightServerError(msg)
-        command = descriptor.command or b""
         if len(command) > self._max_message_bytes:
             msg = f"{self._name}: a put descriptor of {len(command)} bytes is too large"
             raise flight.FlightServerError(msg)
@@ -144,7 +222,8 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
             raise flight.FlightServerError(str(e)) from None
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        """The control messages this endpoint accepts."""
+        """The control messages this endpoint accepts (a cheap authenticated ping)."""
+        self._check(context, "ListActions", "", b"")
         return [(c.__name__, (c.__doc__ or "").strip()) for c in self._accepted]
 
     def close(self) -> None:
@@ -155,9 +234,12 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
 
 
 class EndpointClient:
-    """A client of a :class:`FlightEndpoint` that signs every call.
+    """A client of a :class:`FlightEndpoint` that signs every call for that endpoint.
 
-    Thread-safe (gRPC channels are); ``timeout_s`` bounds every call.
+    ``address`` must be the ``host:port`` the endpoint advertises: tokens are
+    signed for it. Thread-safe (gRPC channels are); ``timeout_s`` bounds every
+    call. With ``tls`` the server is checked against its CA (and
+    ``tls.server_name`` when set).
     """
 
     def __init__(
@@ -175,29 +257,48 @@ class EndpointClient:
                 override_hostname=tls.server_name,
             )
 
-    def _options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
-        token = sign(self._secret).encode()
+    def _options(
+        self, method: str, name: str, body: bytes, timeout_s: float | None = None
+    ) -> flight.FlightCallOptions:
+        token = sign(self._secret, self.address, method, name, body).encode()
         return flight.FlightCallOptions(
             timeout=timeout_s or self._timeout_s, headers=[(AUTH_HEADER.encode(), token)]
         )
 
     def call(self, message: Any, timeout_s: float | None = None) -> Any:
         """Send a control message and return its decoded JSON reply."""
-        action = flight.Action(type(message).__name__, messages.encode(message))
+        kind, body = type(message).__name__, messages.encode(message)
+        action = flight.Action(kind, body)
+        options = self._options("DoAction", kind, body, timeout_s)
         try:
-            results = list(self._client.do_action(action, options=self._options(timeout_s)))
+            results = list(self._client.do_action(action, options=options))
         except flight.FlightUnauthenticatedError as e:
             msg = f"{self.address} refused our credentials: {e}"
             raise AuthenticationError(msg) from e
         except (flight.FlightError, OSError) as e:
-            msg = f"{type(message).__name__} to {self.address} failed: {e}"
+            msg = f"{kind} to {self.address} failed: {e}"
             raise RpcError(msg) from e
         return messages.json_unreply(results[0].body.to_pybytes()) if results else None
+
+    def ping(self, timeout_s: float | None = None) -> int:
+        """An authenticated ``ListActions`` call; return how many actions the endpoint lists."""
+        try:
+            actions = self._client.list_actions(
+                options=self._options("ListActions", "", b"", timeout_s)
+            )
+        except flight.FlightUnauthenticatedError as e:
+            msg = f"{self.address} refused our credentials: {e}"
+            raise AuthenticationError(msg) from e
+        except (flight.FlightError, OSError) as e:
+            msg = f"reaching {self.address} failed: {e}"
+            raise RpcError(msg) from e
+        return len(actions)
 
     def read_table(self, ticket: bytes, timeout_s: float | None = None) -> pa.Table:
         """Read a whole stream served by ``do_get``."""
         try:
-            reader = self._client.do_get(flight.Ticket(ticket), options=self._options(timeout_s))
+            options = self._options("DoGet", "", ticket, timeout_s)
+            reader = self._client.do_get(flight.Ticket(ticket), options=options)
             return reader.read_all()
         except flight.FlightUnauthenticatedError as e:
             msg = f"{self.address} refused our credentials: {e}"
@@ -210,7 +311,8 @@ class EndpointClient:
         """Send ``table`` with ``do_put``; return once the server took it, else raise."""
         descriptor = flight.FlightDescriptor.for_command(command)
         try:
-            writer, _ = self._client.do_put(descriptor, table.schema, self._options(timeout_s))
+            options = self._options("DoPut", "", command, timeout_s)
+            writer, _ = self._client.do_put(descriptor, table.schema, options)
             try:
                 writer.write_table(table)
             finally:

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from spark_receivers.errors import BlockNotFoundError, BlockStoreError, RpcError, WriteAheadLogError
 from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.wal.layout import CheckpointLayout
 
@@ -33,15 +34,15 @@ LOST_BLOCK_RE = re.compile(r"lost block (input-\d+-\d+-\d+) of stream (\d+) \((\
 
 
 _MAX_CLIENTS = 16
-_clients: OrderedDict[tuple[str, str], EndpointClient] = OrderedDict()
+_clients: OrderedDict[tuple[str, str, TlsConfig | None], EndpointClient] = OrderedDict()
 _clients_lock = threading.Lock()
 
 
-def _client(endpoint: str, secret: str) -> EndpointClient:
+def _client(endpoint: str, secret: str, tls: TlsConfig | None = None) -> EndpointClient:
     """A Flight client for ``endpoint``, kept for the next blocks (Python workers are reused)."""
-    key = (endpoint, secret)
+    key = (endpoint, secret, tls)
     with _clients_lock:
-        client = _clients.pop(key, None) or EndpointClient(endpoint, secret)
+        client = _clients.pop(key, None) or EndpointClient(endpoint, secret, tls=tls)
         _clients[key] = client
         while len(_clients) > _MAX_CLIENTS:
             _, oldest = _clients.popitem(last=False)
@@ -49,9 +50,9 @@ def _client(endpoint: str, secret: str) -> EndpointClient:
     return client
 
 
-def _drop_client(endpoint: str, secret: str) -> None:
+def _drop_client(endpoint: str, secret: str, tls: TlsConfig | None = None) -> None:
     with _clients_lock:
-        client = _clients.pop((endpoint, secret), None)
+        client = _clients.pop((endpoint, secret, tls), None)
     if client is not None:
         client.close()
 
@@ -67,6 +68,7 @@ def fetch_block(
     secret: str,
     timeout_s: float = 60.0,
     checkpoint_dir: str | None = None,
+    tls: TlsConfig | None = None,
 ) -> pa.Table:
     """Return a block's data from its store or, failing that, from its WAL record.
 
@@ -75,12 +77,12 @@ def fetch_block(
     """
     errors: list[str] = []
     for endpoint in nearest_first(info.locations):
-        client = _client(endpoint, secret)
+        client = _client(endpoint, secret, tls)
         try:
             return client.read_table(info.block_id.encode(), timeout_s)
         except RpcError as e:
             errors.append(f"{endpoint}: {e}")
-            _drop_client(endpoint, secret)
+            _drop_client(endpoint, secret, tls)
     store_error = "; ".join(errors) or None
     where = (
         f"its block store(s) at {', '.join(info.locations)}" if info.locations else "no block store"
@@ -125,7 +127,11 @@ def fetch_block(
 
 
 def report_lost_block(
-    tracker: str | None, secret: str, info: ReceivedBlockInfo, reason: str
+    tracker: str | None,
+    secret: str,
+    info: ReceivedBlockInfo,
+    reason: str,
+    tls: TlsConfig | None = None,
 ) -> None:
     """Tell the driver a read left ``info`` out (``lostBlockPolicy=skip``); logged, never raises."""
     log.error("skipping lost block %s (%d records): %s", info.block_id, info.num_records, reason)
@@ -134,7 +140,7 @@ def report_lost_block(
     from spark_receivers.rpc.messages import ReportLostBlock
 
     try:
-        _client(tracker, secret).call(
+        _client(tracker, secret, tls).call(
             ReportLostBlock(info.stream_id, info.block_id, info.num_records, reason[:2000]),
             timeout_s=30.0,
         )

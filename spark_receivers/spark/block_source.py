@@ -24,6 +24,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.rpc.tls import TlsConfig
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -32,6 +33,26 @@ if TYPE_CHECKING:
 
 FORMAT = "spark_receivers_blocks"
 SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact it
+_TLS_OPTIONS = ("cert_file", "key_file", "ca_file", "server_name")
+
+
+def tls_options(tls: TlsConfig | None) -> dict[str, str]:
+    """Reader options carrying the TLS settings (paths, no secrets); empty without TLS."""
+    if tls is None:
+        return {}
+    return {f"tls_{name}": getattr(tls, name) or "" for name in _TLS_OPTIONS}
+
+
+def tls_from_options(options: Mapping[str, str]) -> TlsConfig | None:
+    """The TLS settings :func:`tls_options` put in reader options (None: plaintext)."""
+    if not options.get("tls_ca_file"):
+        return None
+    return TlsConfig(
+        options["tls_cert_file"],
+        options["tls_key_file"],
+        options["tls_ca_file"],
+        options.get("tls_server_name") or None,
+    )
 
 
 class BlockPartition(InputPartition):  # type: ignore[misc]
@@ -88,6 +109,7 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
         self._schema = schema  # Spark's; its Arrow form is built where read() runs
         self._blocks = json.loads(options["blocks"])
         self._secret = options[SECRET_OPTION]
+        self._tls = tls_from_options(options)
         self._timeout_s = float(options.get("timeout_s", "60"))
         self._checkpoint_dir = options.get("checkpoint_dir") or None
         self._lost_block_policy = options.get("lost_block_policy", "fail")
@@ -116,11 +138,13 @@ class BlockReader(DataSourceReader):  # type: ignore[misc]
         for block in partition.blocks:
             info = ReceivedBlockInfo.from_dict(block)
             try:
-                table = fetch_block(info, self._secret, self._timeout_s, self._checkpoint_dir)
+                table = fetch_block(
+                    info, self._secret, self._timeout_s, self._checkpoint_dir, tls=self._tls
+                )
             except BlockNotFoundError as e:
                 if self._lost_block_policy != "skip":
                     raise
-                report_lost_block(self._tracker, self._secret, info, str(e))
+                report_lost_block(self._tracker, self._secret, info, str(e), self._tls)
                 continue
             yield from conform(table, self._arrow_schema()).to_batches()
 
@@ -173,6 +197,7 @@ def blocks_dataframe(
     max_partitions: int | None = None,
     lost_block_policy: str = "fail",
     tracker: str | None = None,
+    tls: TlsConfig | None = None,
 ) -> DataFrame:
     """A DataFrame over ``blocks`` (an empty one when there are none).
 
@@ -199,7 +224,7 @@ def blocks_dataframe(
         reader = reader.option("lost_block_policy", lost_block_policy)
     if tracker:
         reader = reader.option("tracker", tracker)
-    return reader.load()
+    return reader.options(**tls_options(tls)).load()
 
 
 def warm_up(spark: SparkSession, partitions: int) -> int:

@@ -22,28 +22,27 @@ class KeeperTaskSpec:
 
     tracker_address: str
     secret: str
-    memory_budget_bytes: int
-    max_message_bytes: int
+    config: dict[str, Any]
+    """The context's :class:`~spark_receivers.config.StreamingConfig`, as a dict."""
 
 
 def make_keeper_task(spec: KeeperTaskSpec) -> Callable[[Iterator[Any]], Iterator[str]]:
     """The ``mapPartitions`` function: start this executor's keeper, register it."""
 
     def run(_: Iterator[Any]) -> Iterator[str]:
+        from spark_receivers.config import StreamingConfig
+        from spark_receivers.receiver.block_placement import keeper_settings
         from spark_receivers.receiver.keeper_process import ensure_local_keeper
         from spark_receivers.rpc import messages as m
-        from spark_receivers.rpc.hosts import local_host
+        from spark_receivers.rpc.hosts import executor_network
         from spark_receivers.rpc.transport import EndpointClient
         from spark_receivers.spark.receiver_task import executor_id
 
-        host, executor = local_host(), executor_id()
-        keeper = ensure_local_keeper(
-            spec.secret,
-            host,
-            memory_budget_bytes=spec.memory_budget_bytes,
-            max_message_bytes=spec.max_message_bytes,
-        )
-        client = EndpointClient(spec.tracker_address, spec.secret)
+        config = StreamingConfig(**spec.config)
+        host = executor_network(config, spec.tracker_address.rsplit(":", 1)[0]).advertise_host
+        executor = executor_id()
+        keeper = ensure_local_keeper(keeper_settings(spec.secret, host, config))
+        client = EndpointClient(spec.tracker_address, spec.secret, tls=config.tls)
         try:
             client.call(m.RegisterBlockKeeper(executor, host, keeper.address))
         finally:

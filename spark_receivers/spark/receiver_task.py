@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.receiver import Receiver
-from spark_receivers.rpc.hosts import local_host
+from spark_receivers.rpc.hosts import executor_network, local_host, spark_executor_host
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +22,20 @@ class ReceiverTaskSpec:
     receiver: Receiver
     stream_id: int
     tracker_address: str
-    secret: str
+    secret: str = field(repr=False)  # never in a log line or an error
     config: dict[str, Any]
     app_id: str = ""
     """The Spark application id, for receivers that name their job (MQTT client ids)."""
 
 
 def executor_host() -> str:
-    """The address this executor's servers bind to and advertise.
+    """The address listening receivers on this executor bind to and advertise.
 
-    :func:`spark_receivers.rpc.hosts.local_host` without a Spark conf (executors
-    do not see the driver's keys).
+    The host Spark knows this executor by
+    (:func:`spark_receivers.rpc.hosts.spark_executor_host`), else
+    :func:`spark_receivers.rpc.hosts.local_host` (local mode).
     """
-    return local_host()
+    return spark_executor_host() or local_host()
 
 
 def executor_id() -> str:
@@ -79,13 +80,16 @@ def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iter
         if ctx is not None and ctx.attemptNumber() != 0:
             return
         _configure_worker_logging()
+        config = StreamingConfig(**spec.config)
+        # Executors do not see the driver's Spark conf: the network keys come in the spec.
+        network = executor_network(config, spec.tracker_address.rsplit(":", 1)[0])
         supervisor = ReceiverSupervisor(
             spec.receiver,
             spec.stream_id,
             spec.tracker_address,
             spec.secret,
-            StreamingConfig(**spec.config),
-            local_host(),
+            config,
+            network.advertise_host,
             executor_id(),
             app_id=spec.app_id,
         )

@@ -39,7 +39,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from spark_receivers.errors import ConfigError, OffsetError
 from spark_receivers.rpc import messages as m
-from spark_receivers.spark.block_source import SECRET_OPTION, arrow_schema_of, conform, group_blocks
+from spark_receivers.spark.block_source import (
+    SECRET_OPTION,
+    arrow_schema_of,
+    conform,
+    group_blocks,
+    tls_from_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,13 +93,14 @@ class _TrackerClient:
         self.address = _required(options, "tracker")
         self.secret = _required(options, SECRET_OPTION)
         self.timeout_s = float(options.get("timeout_s", "60"))
+        self.tls = tls_from_options(options)
         self._client: EndpointClient | None = None
 
     def call(self, message: Any) -> Any:
         from spark_receivers.rpc.transport import EndpointClient
 
         if self._client is None:
-            self._client = EndpointClient(self.address, self.secret, self.timeout_s)
+            self._client = EndpointClient(self.address, self.secret, self.timeout_s, self.tls)
         return self._client.call(message)
 
     def close(self) -> None:
@@ -183,6 +190,7 @@ class ReceiverStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 self._tracker.secret,
                 self._tracker.timeout_s,
                 self._checkpoint_dir,
+                tls=self._tracker.tls,
             )
             yield from conform(table.slice(first, rows), self._arrow_schema()).to_batches()
 

@@ -15,7 +15,9 @@ Both WAL directories hold segment files ``log-<start_ms>-<end_ms>[.<n>]``
 (:mod:`spark_receivers.wal.file_log`).
 
 ``checkpoint_dir`` is a local path or a URI that ``pyarrow.fs.FileSystem.from_uri``
-understands (``file:///ckpt``, ``s3://bucket/ckpt?endpoint_override=...``). It is
+understands (``file:///ckpt``, ``s3://bucket/ckpt?endpoint_override=...``;
+``s3a://`` and ``s3n://`` are read as ``s3://``, with a log line; ``hdfs://``
+needs libhdfs, found through ``HADOOP_HOME`` or ``ARROW_LIBHDFS_DIR``, on every node). It is
 resolved **once**, and every path below is joined on the resolved path, so a URI's
 query string never ends up in the middle of a path. Paths returned by
 :class:`CheckpointLayout` are paths on :attr:`CheckpointLayout.filesystem`, the same
@@ -29,8 +31,11 @@ the WAL handles receivers report), receiver tasks (their WAL) and batch read tas
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import posixpath
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +52,11 @@ __all__ = [
     "CheckpointLayout",
     "resolve_filesystem",
 ]
+
+log = logging.getLogger(__name__)
+
+S3_ALIASES = ("s3a://", "s3n://")
+"""Hadoop's names for S3 (what Spark users write): read as ``s3://``."""
 
 CHECKPOINT_FILE = "checkpoint.json"
 RECEIVED_BLOCK_METADATA = "receivedBlockMetadata"
@@ -67,12 +77,26 @@ def resolve_filesystem(path_or_uri: str, what: str = "location") -> tuple[pafs.F
         raise WriteAheadLogError(msg)
     if "://" not in path_or_uri:
         return pafs.LocalFileSystem(), os.path.abspath(path_or_uri)
+    if path_or_uri.startswith(S3_ALIASES):
+        path_or_uri = "s3://" + path_or_uri.split("://", 1)[1]
+        _say_alias(re.sub(r"//[^/@]*@", "//", path_or_uri.split("?", 1)[0]))
     try:
         fs, path = pafs.FileSystem.from_uri(path_or_uri)
     except (ValueError, OSError) as e:  # pa.ArrowInvalid is a ValueError
         msg = f"cannot resolve the {what} {path_or_uri!r}: {e}"
+        if path_or_uri.startswith("hdfs://"):
+            msg += (
+                "; HDFS needs libhdfs on the driver and every executor: set HADOOP_HOME "
+                "(or ARROW_LIBHDFS_DIR) and CLASSPATH=$(hadoop classpath --glob) there "
+                "(docs/deploy.md)"
+            )
         raise WriteAheadLogError(msg) from e
     return fs, path
+
+
+@functools.lru_cache(maxsize=16)
+def _say_alias(uri: str) -> None:
+    log.info("reading the s3a:// location as %s (pyarrow's S3 filesystem, not Hadoop's)", uri)
 
 
 class CheckpointLayout:

@@ -6,6 +6,8 @@ import socket
 
 import pytest
 
+from spark_receivers.config import StreamingConfig
+from spark_receivers.errors import ConfigError
 from spark_receivers.rpc import hosts
 from spark_receivers.rpc.hosts import local_host
 from spark_receivers.rpc.transport import local_bind_host
@@ -57,3 +59,80 @@ def test_the_driver_and_executor_entry_points_agree(monkeypatch, resolves_to):
     assert local_bind_host(DRIVER_CONF) == "10.0.0.1"
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     assert executor_host() == local_bind_host(DRIVER_CONF) == "127.0.0.1"
+
+
+# --- the network keys: bind vs advertised host, port ranges -------------------------------
+
+
+def test_the_driver_advertises_spark_driver_host_and_binds_its_bind_address():
+    cfg = StreamingConfig()
+    net = hosts.driver_network(cfg, DRIVER_CONF)
+    assert (net.bind_host, net.advertise_host, net.ports) == ("10.0.0.1", "10.0.0.2", (0, 0))
+    own = StreamingConfig(
+        driver_host="driver.example", driver_bind_address="0.0.0.0", driver_ports="40000-40009"
+    )
+    net = hosts.driver_network(own, DRIVER_CONF)
+    assert (net.bind_host, net.advertise_host, net.ports) == (
+        "0.0.0.0",
+        "driver.example",
+        (40000, 40009),
+    )
+
+
+def test_the_driver_never_advertises_a_wildcard():
+    with pytest.raises(
+        ConfigError, match=r"spark.driver.host='0.0.0.0'.*spark.receivers.driver.host"
+    ):
+        hosts.driver_network(StreamingConfig(), {"spark.driver.host": "0.0.0.0"})
+    with pytest.raises(ConfigError, match=r"spark.receivers.driver.host\) is advertised"):
+        StreamingConfig(driver_host="0.0.0.0")
+    with pytest.raises(ConfigError, match=r"spark.receivers.executor.host\) is advertised"):
+        StreamingConfig.from_spark_conf({"spark.receivers.executor.host": "0.0.0.0"})
+
+
+@pytest.mark.parametrize("raw", ["x", "40010-40000", "0-10", "70000", "1-2-3", ""])
+def test_bad_port_ranges_name_the_key(raw):
+    with pytest.raises(ConfigError, match=r"spark.receivers.executor.ports"):
+        StreamingConfig.from_spark_conf({"spark.receivers.executor.ports": raw})
+
+
+def test_executors_advertise_the_host_spark_knows_them_by(monkeypatch, resolves_to):
+    # The Debian/Ubuntu trap: the hostname resolves to 127.0.1.1.
+    resolves_to("127.0.1.1")
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    monkeypatch.setattr(hosts, "spark_executor_host", lambda: "10.1.2.3")
+    net = hosts.executor_network(StreamingConfig(), "10.0.0.2")
+    assert (net.bind_host, net.advertise_host) == ("10.1.2.3", "10.1.2.3")
+    net = hosts.executor_network(
+        StreamingConfig(executor_bind_address="0.0.0.0", executor_ports="41000-41003"), "10.0.0.2"
+    )
+    assert (net.bind_host, net.advertise_host, net.ports) == ("0.0.0.0", "10.1.2.3", (41000, 41003))
+    net = hosts.executor_network(StreamingConfig(executor_host="node7.example"), "10.0.0.2")
+    assert net.advertise_host == "node7.example"
+
+
+def test_outside_an_executor_the_driver_host_when_local_else_the_route_to_it(
+    monkeypatch, resolves_to
+):
+    resolves_to("127.0.1.1")
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    monkeypatch.setattr(hosts, "spark_executor_host", lambda: None)
+    assert hosts.executor_network(StreamingConfig(), "127.0.0.1").advertise_host == "127.0.0.1"
+    # A driver host that is not this machine's: the address we route to it from.
+    monkeypatch.setattr(hosts, "_route_to", lambda host: "192.168.7.7")
+    assert hosts.executor_network(StreamingConfig(), "10.200.0.1").advertise_host == "192.168.7.7"
+
+
+def test_spark_executor_host_reads_the_executor_jvm_command_line(monkeypatch):
+    monkeypatch.delenv("SPARK_EXECUTOR_POD_IP", raising=False)
+    assert hosts.spark_executor_host() is None  # the test process is no executor's child
+    monkeypatch.setenv("SPARK_EXECUTOR_POD_IP", "10.4.0.12")
+    assert hosts.spark_executor_host() == "10.4.0.12"
+
+
+def test_check_bindable_names_the_key():
+    hosts.check_bindable("127.0.0.1", "k")
+    with pytest.raises(ConfigError, match=r"spark.receivers.driver.bindAddress='203.0.113.9'"):
+        hosts.check_bindable("203.0.113.9", "spark.receivers.driver.bindAddress")
+    with pytest.raises(ConfigError, match="does not resolve"):
+        hosts.check_bindable("no-such-host.invalid", "k")

@@ -31,7 +31,7 @@ def make_cert(directory, name: str) -> tuple[str, str]:
             "-subj",
             "/CN=127.0.0.1",
             "-addext",
-            "subjectAltName=IP:127.0.0.1",
+            "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3,DNS:localhost",
             "-keyout",
             str(key),
             "-out",

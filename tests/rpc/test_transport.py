@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from spark_receivers.errors import AuthenticationError, RpcError
+from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, new_secret, sign
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
@@ -55,16 +55,136 @@ def test_unauthenticated_calls_are_refused(endpoint):
     assert seen == []
 
 
+def _raw_action(address: str, token: str, message) -> list:
+    raw = flight.FlightClient(f"grpc+tcp://{address}")
+    options = flight.FlightCallOptions(headers=[(AUTH_HEADER.encode(), token.encode())])
+    try:
+        return list(
+            raw.do_action(flight.Action(type(message).__name__, m.encode(message)), options)
+        )
+    finally:
+        raw.close()
+
+
 def test_replayed_token_is_refused(endpoint):
     ep, secret, seen = endpoint
-    token = sign(secret).encode()
-    raw = flight.FlightClient(f"grpc+tcp://{ep.address}")
-    options = flight.FlightCallOptions(headers=[(AUTH_HEADER.encode(), token)])
-    action = flight.Action("ReportError", m.encode(m.ReportError(0, "x", "")))
-    list(raw.do_action(action, options=options))
+    message = m.ReportError(0, "x", "")
+    token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(message))
+    _raw_action(ep.address, token, message)
     with pytest.raises(flight.FlightUnauthenticatedError, match="replayed"):
-        list(raw.do_action(action, options=options))
+        _raw_action(ep.address, token, message)
     assert len(seen) == 1
+
+
+def test_a_token_is_refused_with_another_body_or_another_action(endpoint):
+    ep, secret, seen = endpoint
+    signed = m.ReportError(0, "x", "")
+    token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(signed))
+    with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
+        _raw_action(ep.address, token, m.ReportError(0, "another body", ""))
+    with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
+        _raw_action(ep.address, token, m.DeregisterReceiver(0, "x", ""))
+    # A block read token does not open another block.
+    read = sign(secret, ep.address, "DoGet", "", b"input-0-1-2")
+    raw = flight.FlightClient(f"grpc+tcp://{ep.address}")
+    options = flight.FlightCallOptions(headers=[(AUTH_HEADER.encode(), read.encode())])
+    with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
+        raw.do_get(flight.Ticket(b"input-0-1-3"), options=options).read_all()
+    raw.close()
+    # The untouched call still goes through with that very token: it was never spent.
+    _raw_action(ep.address, token, signed)
+    assert seen == [signed]
+
+
+def test_a_token_seen_at_one_endpoint_is_refused_at_another(endpoint):
+    """An AddBlock-style call to the tracker, replayed as the same call to a receiver."""
+    ep, secret, seen = endpoint
+    other_seen = []
+    other = FlightEndpoint(
+        "receiver-0",
+        "127.0.0.1",
+        secret,
+        m.TRACKER_MESSAGES,
+        lambda msg: other_seen.append(msg) or True,
+    )
+    try:
+        message = m.ReportError(0, "x", "")
+        token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(message))
+        with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
+            _raw_action(other.address, token, message)
+        assert other_seen == []
+        _raw_action(ep.address, token, message)
+        assert seen == [message]
+    finally:
+        other.close()
+
+
+def test_the_secret_and_tokens_never_reach_refusals_or_logs(endpoint, caplog):
+    ep, secret, _ = endpoint
+    message = m.ReportError(0, "x", "")
+    token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(message))
+    texts = []
+    with caplog.at_level("DEBUG"):
+        _raw_action(ep.address, token, message)
+        for bad in (token, token[:-1] + "0", "1.2.3"):
+            try:
+                _raw_action(ep.address, bad, m.ReportError(1, "y", ""))
+            except flight.FlightUnauthenticatedError as e:
+                texts.append(str(e))
+        wrong = EndpointClient(ep.address, new_secret())
+        with pytest.raises(AuthenticationError) as refused:
+            wrong.call(message)
+        texts.append(str(refused.value))
+        wrong.close()
+    assert len(texts) == 4
+    everything = "\n".join([*texts, caplog.text])
+    assert "refused" in everything
+    assert secret not in everything
+    assert token.rsplit(".", 1)[1] not in everything
+    assert token.split(".")[1] not in everything
+
+
+def test_ping_is_an_authenticated_list_actions(endpoint):
+    ep, secret, _ = endpoint
+    client = EndpointClient(ep.address, secret)
+    assert client.ping() == len(m.TRACKER_MESSAGES)
+    with pytest.raises(AuthenticationError):
+        EndpointClient(ep.address, new_secret()).ping()
+    client.close()
+
+
+def test_an_endpoint_binds_a_port_range_and_advertises_another_host():
+    secret = new_secret()
+    first = FlightEndpoint("a", "127.0.0.1", secret, m.TRACKER_MESSAGES, lambda msg: True)
+    port = first.port
+    try:
+        # The range starts at a taken port: the next free one is used.
+        second = FlightEndpoint(
+            "b",
+            "127.0.0.1",
+            secret,
+            m.TRACKER_MESSAGES,
+            lambda msg: True,
+            advertise_host="localhost",
+            ports=(port, port + 20),
+        )
+        try:
+            assert port < second.port <= port + 20
+            assert second.address == f"localhost:{second.port}"
+            assert EndpointClient(second.address, secret).call(m.ReportError(0, "x", "")) is True
+        finally:
+            second.close()
+        with pytest.raises(RpcError, match=f"ports {port}-{port}"):
+            FlightEndpoint(
+                "c", "127.0.0.1", secret, m.TRACKER_MESSAGES, lambda msg: True, ports=(port, port)
+            )
+    finally:
+        first.close()
+
+
+def test_an_endpoint_never_advertises_a_wildcard():
+    with pytest.raises(ConfigError, match=r"0\.0\.0\.0"):
+        FlightEndpoint("w", "0.0.0.0", new_secret(), m.TRACKER_MESSAGES, lambda msg: True)
 
 
 def test_bad_message_gets_an_error_and_the_server_keeps_going(endpoint):
@@ -77,8 +197,15 @@ def test_bad_message_gets_an_error_and_the_server_keeps_going(endpoint):
 
 def test_token_verifier_rules():
     secret = new_secret()
-    verifier = TokenVerifier(secret, max_skew_ms=1000)
-    assert verifier.verify(sign(secret, now_ms=10_000), now_ms=10_500) is None
-    assert verifier.verify(sign(secret, now_ms=10_000), now_ms=20_000) == "expired credentials"
-    assert verifier.verify("garbage", now_ms=0) == "malformed credentials"
-    assert verifier.verify(None) == "no credentials"
+    verifier = TokenVerifier(secret, "h:1", max_skew_ms=1000)
+
+    def token(now_ms: int, endpoint: str = "h:1") -> str:
+        return sign(secret, endpoint, "DoAction", "AddBlock", b"{}", now_ms=now_ms)
+
+    assert verifier.verify(token(10_000), "DoAction", "AddBlock", b"{}", now_ms=10_500) is None
+    expired = verifier.verify(token(10_000), "DoAction", "AddBlock", b"{}", now_ms=20_000)
+    assert expired == "expired credentials"
+    assert verifier.verify(token(10_000, "h:2"), "DoAction", "AddBlock", b"{}", now_ms=10_000)
+    assert verifier.verify(token(10_000), "DoGet", "AddBlock", b"{}", now_ms=10_000)
+    assert verifier.verify("garbage", "DoAction", now_ms=0) == "malformed credentials"
+    assert verifier.verify(None, "DoAction") == "no credentials"
