@@ -60,6 +60,7 @@ def _pct(values: list[float], q: float) -> float:
 def store_one(level: str, seconds: float) -> dict[str, Any]:
     """Run one store(one) measurement at ``level``; see the module doc."""
     from spark_receivers import Receiver, StreamingConfig
+    from spark_receivers.receiver.block_keeper import KeeperSettings
     from spark_receivers.receiver.keeper_process import ensure_local_keeper
     from spark_receivers.receiver.supervisor import ReceiverSupervisor
     from spark_receivers.rpc import messages as m
@@ -68,13 +69,8 @@ def store_one(level: str, seconds: float) -> dict[str, Any]:
 
     secret = new_secret()
     other_executor = subprocess.Popen(["sleep", str(int(seconds) + 120)])
-    other = ensure_local_keeper(
-        secret,
-        "127.0.0.1",
-        memory_budget_bytes=4 << 30,
-        max_message_bytes=4 << 20,
-        watch_pid=other_executor.pid,
-    )
+    settings = KeeperSettings(secret, "127.0.0.1", 0, memory_budget_bytes=4 << 30)
+    other = ensure_local_keeper(settings, watch_pid=other_executor.pid)
     add_ms: list[float] = []
     accepted = [0]
 

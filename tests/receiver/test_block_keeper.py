@@ -180,21 +180,10 @@ def test_a_keeper_spills_past_its_budget_for_levels_with_disk(keepers, secret):
 def test_the_keeper_process_is_found_again_and_ends_with_its_executor(secret):
     executor = subprocess.Popen(["sleep", "60"])  # stands in for the executor's JVM
     try:
-        handle = ensure_local_keeper(
-            secret,
-            "127.0.0.1",
-            memory_budget_bytes=MiB,
-            max_message_bytes=MiB,
-            watch_pid=executor.pid,
-        )
+        settings = KeeperSettings(secret, "127.0.0.1", 0, memory_budget_bytes=MiB)
+        handle = ensure_local_keeper(settings, watch_pid=executor.pid)
         assert handle.pid != os.getpid() and process_alive(handle.pid)
-        again = ensure_local_keeper(
-            secret,
-            "127.0.0.1",
-            memory_budget_bytes=MiB,
-            max_message_bytes=MiB,
-            watch_pid=executor.pid,
-        )
+        again = ensure_local_keeper(settings, watch_pid=executor.pid)
         assert again == handle
         client = EndpointClient(handle.address, secret)
         client.put_table(b'{"block": "input-0-1-0", "generated_ms": 1}', table(2))
@@ -210,9 +199,9 @@ def test_the_keeper_process_is_found_again_and_ends_with_its_executor(secret):
 def test_a_new_keeper_replaces_one_that_stopped_answering(secret):
     executor = subprocess.Popen(["sleep", "60"])
     try:
-        kw = {"memory_budget_bytes": MiB, "max_message_bytes": MiB, "watch_pid": executor.pid}
-        first = ensure_local_keeper(secret, "127.0.0.1", **kw)
-        second = ensure_local_keeper(secret, "127.0.0.1", restart=True, **kw)
+        settings = KeeperSettings(secret, "127.0.0.1", 0, memory_budget_bytes=MiB)
+        first = ensure_local_keeper(settings, watch_pid=executor.pid)
+        second = ensure_local_keeper(settings, restart=True, watch_pid=executor.pid)
         assert second.pid != first.pid
         assert wait_until(lambda: not process_alive(first.pid))
         client = EndpointClient(second.address, secret)
