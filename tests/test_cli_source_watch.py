@@ -23,9 +23,11 @@ class World:
     def __init__(self) -> None:
         self.down = "Connection refused"
         self.now_s = 100.0
+        self.probes = 0
 
     def probe(self, host: str, port: int) -> str | None:
         assert (host, port) == SERVER
+        self.probes += 1
         return self.down
 
     def wall_ms(self) -> int:
@@ -106,7 +108,7 @@ def test_unreachable_from_here_but_no_receiver_error_is_not_the_end():
 def test_down_when_the_run_stops_is_reported_even_before_the_timeout():
     world = World()
     watch = world.watch(timeout_s=120.0)
-    assert watch.check(receiver()) is None
+    assert watch.check(receiver(error_at_ms=START_MS, error=REFUSED)) is None
     world.now_s += 8
     failing = receiver(error_at_ms=world.wall_ms() - 500, error=REFUSED)
     assert watch.check(failing) is None
@@ -124,6 +126,32 @@ def test_never_checked_or_reachable_at_the_last_check_is_fine_at_the_stop():
     assert watch.check(receiver()) is None
     world.down = "Connection refused"
     assert watch.down_at_stop(receiver(error_at_ms=START_MS, error=REFUSED)) is None
+
+
+def test_a_receiver_without_recent_errors_is_never_probed():
+    """A healthy run opens no connections of its own to the server (a broker logs each)."""
+    world = World()
+    watch = world.watch(timeout_s=5.0)
+    for _ in range(100):
+        world.now_s += 2
+        assert watch.check(receiver(records=3)) is None
+    old = receiver(records=3, error_at_ms=world.wall_ms() - 61_000, error="a blip a minute ago")
+    assert watch.check(old) is None
+    assert world.probes == 0
+    assert watch.check(receiver(records=3, error_at_ms=world.wall_ms(), error=REFUSED)) is None
+    assert world.probes == 1
+
+
+def test_a_slow_backoff_keeps_the_streak_between_two_errors():
+    """Errors 30 s apart (the capped backoff) are one failing receiver, not two blips."""
+    world = World()
+    watch = world.watch(timeout_s=5.0)
+    first_error = receiver(error_at_ms=world.wall_ms(), error=REFUSED)
+    assert watch.check(first_error) is None
+    world.now_s += 4
+    assert watch.check(first_error) is None
+    world.now_s += 2
+    assert watch.check(first_error) is not None  # the error is 6 s old: still failing
 
 
 def test_the_probe_tells_a_listening_port_from_a_closed_one():

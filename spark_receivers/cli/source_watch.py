@@ -4,10 +4,12 @@ A receiver whose server (socket, Redis, MQTT) cannot be reached keeps restarting
 with backoff, and the restart policy fails the context only after minutes. For
 the command that is a run that reads nothing and, stopped by ``--seconds``, would
 exit 0. :class:`SourceWatch` lets it end sooner and say why: the server counts as
-unreachable when **both** the command cannot open a TCP connection to it **and**
-the receiver reported an error, with no new record received since the server was
-first found unreachable. Requiring both keeps a driver outside the executors'
-network (which cannot reach a server they can) from ending a healthy run.
+unreachable when **both** the receiver keeps reporting errors (one within the last
+minute), with no new record received, **and** the command cannot open a TCP
+connection to it, for ``--unreachable-timeout``. Requiring both keeps a driver
+outside the executors' network (which cannot reach a server they can) from ending
+a healthy run; probing only while the receiver fails keeps a healthy run from
+opening connections of its own.
 
 No Spark here: the caller gives it the receiver's :class:`ReceiverStatus`.
 """
@@ -37,11 +39,17 @@ def unreachable(host: str, port: int, timeout_s: float = REACH_TIMEOUT_S) -> str
 class SourceWatch:
     """Whether a source's server has been unreachable for ``timeout_s``, the receiver failing.
 
-    Call :meth:`check` now and then (every ``probe_every_s``) from one thread.
-    ``probe``, ``monotonic`` and ``wall_ms`` are injectable for tests.
+    Call :meth:`check` now and then (every ``probe_every_s``) from one thread. The
+    server is probed only while the receiver is failing (an error within the last
+    ``recent_error_s``, or ``timeout_s`` if longer): a healthy run opens no
+    connections of its own (a broker logs each one). ``probe``, ``monotonic`` and
+    ``wall_ms`` are injectable for tests.
     """
 
     probe_every_s = 2.0
+    recent_error_s = 60.0
+    """An error this recent means the receiver is failing (its backoff is 30 s at most
+    by default, so a receiver that keeps failing reports more often than that)."""
 
     def __init__(
         self,
@@ -62,22 +70,23 @@ class SourceWatch:
         self._wall_ms = wall_ms
         self._since: float | None = None
         """When the server was first found unreachable in the current streak (monotonic)."""
-        self._since_ms = 0
         self._records_at = 0
         self._problem = ""
 
     def check(self, receiver: ReceiverStatus) -> str | None:
-        """Probe the server; the one-line reason to end the run once ``timeout_s`` is over."""
-        problem = self._probe(*self.server)
-        if problem is None or receiver.records > self._records_at:
-            self._since = None  # reachable, or records came in: not down
+        """Probe the server if the receiver fails; the reason to end the run once it is time."""
+        if receiver.records > self._records_at or not self._failing(receiver):
+            self._since = None  # records came in, or no recent error: not down
             self._records_at = receiver.records
+            return None
+        problem = self._probe(*self.server)
+        if problem is None:
+            self._since = None
             return None
         self._problem = problem
         if self._since is None:
-            self._since, self._since_ms = self._monotonic(), self._wall_ms()
-            self._records_at = receiver.records
-        if self._monotonic() - self._since < self.timeout_s or not self._failing(receiver):
+            self._since = self._monotonic()
+        if self._monotonic() - self._since < self.timeout_s:
             return None
         return self.reason(receiver)
 
@@ -89,18 +98,20 @@ class SourceWatch:
         """
         if self._since is None:
             return None  # reachable at the last check, or never checked
+        if receiver.records > self._records_at or not self._failing(receiver):
+            return None
         problem = self._probe(*self.server)
-        if problem is None or receiver.records > self._records_at or not self._failing(receiver):
+        if problem is None:
             return None
         self._problem = problem
         return self.reason(receiver)
 
     def _failing(self, receiver: ReceiverStatus) -> bool:
-        # The receiver's own errors tell the server is down for it too; one reported up
-        # to timeout_s before the probe first failed counts (a failing receiver backs off
-        # for up to its max_backoff_ms between attempts).
-        since_ms = self._since_ms - round(self.timeout_s * 1000)
-        return bool(receiver.last_error_message) and receiver.last_error_time_ms >= since_ms
+        window_ms = round(max(self.timeout_s, self.recent_error_s) * 1000)
+        return (
+            bool(receiver.last_error_message)
+            and receiver.last_error_time_ms >= self._wall_ms() - window_ms
+        )
 
     def reason(self, receiver: ReceiverStatus) -> str:
         """One line: the server, how long, why, and the receiver's last error."""
