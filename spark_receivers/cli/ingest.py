@@ -117,7 +117,9 @@ def plan_ingest(args: argparse.Namespace) -> IngestPlan:
     """Parse and check every argument; no Spark, no network."""
     interval_ms = parse_interval_ms(args.batch_interval, args.batch_interval_ms)
     seconds = parse_seconds(args.seconds)
-    unreachable_s = parse_seconds(args.unreachable_timeout, "--unreachable-timeout", "e.g. 2min")
+    unreachable_s = parse_seconds(
+        args.unreachable_timeout, "--unreachable-timeout", "the default is 2min"
+    )
     if unreachable_s is None:
         msg = "--unreachable-timeout must be given a duration, e.g. 2min"
         raise ConfigError(msg)
