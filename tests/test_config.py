@@ -112,6 +112,41 @@ def test_old_keys_of_ours_are_read_with_a_deprecation_warning():
     assert new.checkpoint_dir == "/new"
 
 
+class _Session:
+    """What spark_conf_of reads of a SparkSession: the static conf and the runtime conf."""
+
+    def __init__(self, static: dict[str, str], runtime: dict[str, str]) -> None:
+        self.sparkContext = self
+        self._static, self.conf = static, self
+        self._runtime = runtime
+
+    def getConf(self):
+        return self
+
+    def getAll(self):
+        return list(self._static.items())
+
+    def get(self, key, default=None):
+        return self._runtime.get(key, default)
+
+
+def test_runtime_values_win_over_static_ones_and_static_ones_fill_the_rest():
+    from spark_receivers.config import spark_conf_of
+
+    static = {
+        "spark.master": "local[2]",
+        "spark.streaming.blockInterval": "100ms",
+        "spark.streaming.receiver.maxRate": "10",
+    }
+    runtime = {"spark.streaming.blockInterval": "50ms", "spark.receivers.checkpointDir": "/ck"}
+    conf = spark_conf_of(_Session(static, runtime))
+    assert conf["spark.streaming.blockInterval"] == "50ms"  # runtime over static
+    assert conf["spark.streaming.receiver.maxRate"] == "10"  # static where runtime has none
+    assert conf["spark.receivers.checkpointDir"] == "/ck"  # runtime only
+    cfg = StreamingConfig(receiver_max_rate=99).over(conf)  # and config= over both
+    assert (cfg.block_interval_ms, cfg.receiver_max_rate, cfg.checkpoint_dir) == (50, 99, "/ck")
+
+
 @pytest.mark.spark
 def test_a_context_merges_config_over_the_static_and_runtime_conf(spark):
     from spark_receivers import StreamingContext

@@ -188,3 +188,27 @@ def test_a_failing_sink_ends_the_run_at_once_with_honest_counts(tmp_path):
     assert "warning: the write-ahead log is off: an HTTP 200 to the client only means" in text
     assert TOKEN not in text
     assert f"ingesting http://127.0.0.1:{port}/ingest?token=*** -> parquet:{out}" in text
+
+
+@pytest.mark.timeout(300)
+def test_an_unreachable_redis_ends_the_run_with_status_1_and_its_reason(tmp_path):
+    """Issue 24: an unreachable broker or Redis is not a run that reads nothing and exits 0."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+        port = taken.getsockname()[1]
+        cmd = ingest_cmd("--source", f"redis://:{TOKEN}@127.0.0.1:{port}/s?group=g")
+        cmd += ["--sink", "console", "--unreachable-timeout", "3s"]  # no --seconds
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=240, env=ingest_env(), check=False
+        )
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text[-4000:]
+    assert f"warning: 127.0.0.1:{port} cannot be reached now (Connection refused)" in text
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"error: the stream failed: ReceiverError: the source's server 127.0.0.1:{port} has "
+        "been unreachable for "
+    ), last
+    assert "(Connection refused); the receiver's last error: " in last
+    assert f"stopping: the source's server 127.0.0.1:{port}" in text
+    assert TOKEN not in text

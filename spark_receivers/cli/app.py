@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="stream a source URI into a sink",
         description="Stream a source URI into a sink until --seconds pass, Ctrl-C, or a failure. "
         "Exit status: 0 stopped as asked with every received record processed; 1 the stream "
-        "failed or left records unprocessed; 2 a bad argument; 130 a second Ctrl-C.",
+        "failed, its source's server was unreachable, or it left records unprocessed; 2 a bad "
+        "argument; 130 a second Ctrl-C.",
     )
     q.add_argument("--source", required=True, metavar="URI", help=SOURCES_HELP)
     q.add_argument("--sink", required=True, metavar="SINK", help=SINK_KINDS)
@@ -123,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="stop after this long, e.g. 30s, 10min (a bare number is seconds; default: "
         "until Ctrl-C)",
+    )
+    q.add_argument(
+        "--unreachable-timeout",
+        default="2min",
+        metavar="DURATION",
+        help="end the run (status 1) when the source's server (socket, Redis, MQTT) cannot be "
+        "reached and the receiver keeps failing for this long (default 2min)",
     )
     _spark_flags(
         q,

@@ -6,7 +6,10 @@ tailed directory exists), and only then does Spark start. The run ends when
 ``--seconds`` pass, on Ctrl-C/SIGTERM (a graceful stop: every received record is
 processed first; a second Ctrl-C stops at once), or as soon as the streaming
 context fails (a batch failed, a background part died): the command then stops
-and exits 1 with the reason on its last line. See :mod:`spark_receivers.cli.outcome`.
+and exits 1 with the reason on its last line. So does a run whose source server
+(socket, Redis, MQTT) stays unreachable for ``--unreachable-timeout``, or is
+unreachable when the run stops (:mod:`spark_receivers.cli.source_watch`). See
+:mod:`spark_receivers.cli.outcome`.
 """
 
 from __future__ import annotations
@@ -27,22 +30,23 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.cli.outcome import EXIT_INTERRUPTED, EXIT_OK, judge
 from spark_receivers.cli.progress import ProgressPrinter, one_line
 from spark_receivers.cli.sinks import SinkSpec, parse_sink
+from spark_receivers.cli.source_watch import SourceWatch, unreachable
 from spark_receivers.cli.sources import Source, parse_source
 from spark_receivers.cli.spark_session import SparkSettings, is_local, spark_settings, start_spark
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.receiver_launcher import check_local_cores
-from spark_receivers.errors import ConfigError
+from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.rpc.hosts import local_host
 from spark_receivers.util.durations import parse_duration, parse_duration_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from spark_receivers.context import StreamingContext
     from spark_receivers.driver.status import StreamingStatus
 
 __all__ = ["IngestPlan", "parse_interval_ms", "parse_seconds", "plan_ingest", "preflight", "run"]
 
-REACH_TIMEOUT_S = 2.0
 _SECRET_CONF = re.compile(r"secret|password|token|credential", re.IGNORECASE)
 SETTLE_BOUND_S = 60.0
 STOP_BOUND_S = 600.0
@@ -62,6 +66,8 @@ class IngestPlan:
     wal: bool
     wal_flag: bool
     """``--wal`` itself (else the WAL, if on, comes from ``--conf``)."""
+    unreachable_timeout_s: float = 120.0
+    """How long the source's server may stay unreachable, the receiver failing."""
 
 
 def say(text: str) -> None:
@@ -111,6 +117,12 @@ def plan_ingest(args: argparse.Namespace) -> IngestPlan:
     """Parse and check every argument; no Spark, no network."""
     interval_ms = parse_interval_ms(args.batch_interval, args.batch_interval_ms)
     seconds = parse_seconds(args.seconds)
+    unreachable_s = parse_seconds(
+        args.unreachable_timeout, "--unreachable-timeout", "the default is 2min"
+    )
+    if unreachable_s is None:
+        msg = "--unreachable-timeout must be given a duration, e.g. 2min"
+        raise ConfigError(msg)
     source = parse_source(args.source)
     sink = parse_sink(args.sink, args.sink_option)
     settings = spark_settings(
@@ -132,7 +144,9 @@ def plan_ingest(args: argparse.Namespace) -> IngestPlan:
         msg = "--wal needs --checkpoint DIR (the write-ahead logs live there)"
         raise ConfigError(msg)
     check_local_cores(settings.master, 1)
-    return IngestPlan(source, sink, settings, interval_ms, seconds, checkpoint, wal, args.wal)
+    return IngestPlan(
+        source, sink, settings, interval_ms, seconds, checkpoint, wal, args.wal, unreachable_s
+    )
 
 
 def preflight(plan: IngestPlan) -> list[str]:
@@ -147,11 +161,12 @@ def preflight(plan: IngestPlan) -> list[str]:
         msg = f"source {source.display}: {source.directory} {what}; create the directory first"
         raise ConfigError(msg)
     if source.server is not None:
-        problem = _unreachable(*source.server)
+        problem = unreachable(*source.server)
         if problem:
             warnings.append(
                 f"{source.server[0]}:{source.server[1]} cannot be reached now ({problem}); "
-                "the receiver keeps retrying with backoff"
+                "the receiver keeps retrying with backoff (the run ends with status 1 if it "
+                f"stays unreachable for --unreachable-timeout {plan.unreachable_timeout_s:g}s)"
             )
     if source.acknowledgement and not plan.wal:
         warnings.append(
@@ -177,14 +192,6 @@ def _check_can_listen(source: Source, host: str, port: int) -> None:
             }.get(e.errno or 0, "")
             msg = f"source {source.display}: cannot listen on {host}:{port}: {e.strerror}"
             raise ConfigError(msg + (f" ({hint})" if hint else "")) from None
-
-
-def _unreachable(host: str, port: int) -> str | None:
-    try:
-        with socket.create_connection((host, port), timeout=REACH_TIMEOUT_S):
-            return None
-    except OSError as e:
-        return e.strerror or str(e) or type(e).__name__
 
 
 def run(
@@ -222,6 +229,33 @@ def _settle(
     deadline = time.monotonic() + SETTLE_BOUND_S
     while set(status().pending_batches_ms) & running and time.monotonic() < deadline:
         time.sleep(0.2)  # no event tells when a batch thread of a stopped context ends
+
+
+def _wait(
+    plan: IngestPlan, ssc: StreamingContext, wake: threading.Event
+) -> tuple[SourceWatch | None, str | None]:
+    """Until ``--seconds`` pass or ``wake`` is set, watching the source's server if it has one.
+
+    Returns the watch and, when the server stayed unreachable for
+    ``--unreachable-timeout`` with the receiver failing, the reason to end the run
+    (the caller then stops the context).
+    """
+    if plan.source.server is None:
+        wake.wait(plan.seconds)
+        return None, None
+    source_watch = SourceWatch(plan.source.server, plan.unreachable_timeout_s)
+    deadline = None if plan.seconds is None else time.monotonic() + plan.seconds
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if (left is not None and left <= 0) or wake.wait(
+            source_watch.probe_every_s if left is None else min(left, source_watch.probe_every_s)
+        ):
+            return source_watch, None
+        receivers = ssc.status().receivers
+        reason = source_watch.check(receivers[0]) if receivers else None
+        if reason is not None:
+            say(f"stopping: {reason}")
+            return source_watch, reason
 
 
 def _print_plan(plan: IngestPlan) -> None:
@@ -292,7 +326,7 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
         )
         watcher = threading.Thread(target=watch, name="ingest-await-termination", daemon=True)
         watcher.start()
-        wake.wait(plan.seconds)
+        source_watch, gave_up = _wait(plan, ssc, wake)
         if not failures and watcher.is_alive():
             say("stopping gracefully (Ctrl-C again to stop at once) ...")
             ssc.stop(graceful=True)
@@ -301,6 +335,10 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
             failures.append(
                 TimeoutError(f"the streaming context did not stop in {STOP_BOUND_S:.0f}s")
             )
+        elif source_watch is not None and gave_up is None and not failures:
+            gave_up = source_watch.down_at_stop(ssc.status().receivers[0])
+        if gave_up is not None:
+            failures.append(ReceiverError(gave_up))
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -5,8 +5,9 @@ Exit statuses:
 * ``0`` — it stopped as asked (``--seconds``, Ctrl-C, SIGTERM) and every record it
   received (and every record a recovered checkpoint had to redo) was processed by
   a batch that succeeded;
-* ``1`` — the stream failed (a batch failed, the context failed) or the stop left
-  received records unprocessed;
+* ``1`` — the stream failed (a batch failed, the context failed), the source's
+  server stayed unreachable (``--unreachable-timeout``, or at the stop) or the stop
+  left received records unprocessed;
 * ``2`` — a bad argument, URI, sink or setting (before Spark starts when it can be
   known then);
 * ``130`` — stopped at once by a second Ctrl-C.
