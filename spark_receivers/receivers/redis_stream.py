@@ -59,8 +59,11 @@ class RedisStreamReceiver(ThreadedReceiver):
 
     The group is created when missing (``MKSTREAM``), positioned at
     ``group_start_id`` (``"0"``: the whole stream; ``"$"``: only new entries).
-    ``consumer`` defaults to ``spark-receivers-<stream id>``, the same name
-    wherever the receiver restarts, so it finds its own pending entries.
+    ``consumer`` defaults to ``spark-receivers-<job>-<stream id>`` (the job: a
+    hash of the checkpoint dir, else the application id; see
+    :meth:`ThreadedReceiver.durable_name`): the same name wherever the receiver
+    restarts, so it finds its own pending entries, and not another job's name,
+    whose pending entries it would read again.
 
     Records: the field ``field`` of each entry (default ``"value"``); with
     ``field=None`` the whole entry as JSON ``{"id": ..., "fields": {...}}``
@@ -133,7 +136,7 @@ class RedisStreamReceiver(ThreadedReceiver):
     @property
     def consumer_name(self) -> str:
         """The consumer name used in the group."""
-        return self.consumer or f"spark-receivers-{self.stream_id}"
+        return self.consumer or self.durable_name()
 
     # --- the reading thread ---------------------------------------------------
 

@@ -244,3 +244,22 @@ def test_include_timestamp_is_the_time_of_the_entry_id(redis_url, client, names)
         assert row["timestamp"] == datetime.fromtimestamp(millis / 1000, UTC)
     finally:
         sup.shutdown()
+
+
+def test_the_default_consumer_is_per_job_and_stream(tmp_path):
+    """Two jobs on one group never share a consumer name (they would re-read each other's
+    pending entries); a job restarted from its checkpoint keeps its own."""
+    one = RedisStreamReceiver("s", "g")
+    HarnessSupervisor(one, stream_id=2, app_id="app-20240101-0007")
+    assert one.consumer_name == "spark-receivers-app-20240101-0007-2"
+    other = RedisStreamReceiver("s", "g")
+    HarnessSupervisor(other, stream_id=2, app_id="app-20240101-0008")
+    assert other.consumer_name != one.consumer_name
+    before = RedisStreamReceiver("s", "g")
+    HarnessSupervisor(before, stream_id=2, app_id="app-x", checkpoint_dir=str(tmp_path / "ck"))
+    after = RedisStreamReceiver("s", "g")
+    HarnessSupervisor(after, stream_id=2, app_id="app-y", checkpoint_dir=str(tmp_path / "ck"))
+    assert before.consumer_name == after.consumer_name
+    named = RedisStreamReceiver("s", "g", consumer="mine")
+    HarnessSupervisor(named, app_id="app-x")
+    assert named.consumer_name == "mine"
