@@ -42,13 +42,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from bench.harness import Machine, write_benchmarks_md
 from bench.step import REPO_ROOT
-
-NOTES_DIR = REPO_ROOT / "bench" / "notes"  # hand-written analysis, kept across runs
 
 __all__ = ["FormResult", "StoreDriver", "floor_rate", "render_store_section", "run_form"]
 
@@ -386,7 +383,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per form")
     p.add_argument("--forms", default=",".join(FORMS))
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--notes-file", help="Markdown appended (default bench/notes/store.md)")
     p.add_argument("--no-write", action="store_true")
     p.add_argument(
         "--pipeline-seconds",
@@ -436,10 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     if not args.no_write:
-        notes_file = Path(args.notes_file) if args.notes_file else NOTES_DIR / "store.md"
-        notes = notes_file.read_text() if notes_file.exists() else ""
         section = render_store_section(
-            results, machine=machine, command=command, when=when, notes=notes, pipeline=pipeline
+            results, machine=machine, command=command, when=when, pipeline=pipeline
         )
         write_benchmarks_md(args.output, {"store": section})
         print(f"wrote section 'store' of {args.output}; raw in {out}")

@@ -131,8 +131,9 @@ class StandInTracker:
 
     For testing a receiver without Spark: run it under a real
     :class:`ReceiverSupervisor` with :func:`supervise`, then look at the
-    messages it sent. Replies to ``RegisterReceiver``/``AddBlock`` with
-    ``accept_register``/``accept_blocks``. Close it with :meth:`close`.
+    messages it sent. Replies to ``RegisterReceiver`` and to ``AddBlock``/``AddBlocks``
+    (per block) with ``accept_register``/``accept_blocks``; :meth:`blocks` lists the
+    blocks reported either way. Close it with :meth:`close`.
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -153,6 +154,8 @@ class StandInTracker:
             return self.accept_register
         if isinstance(msg, m.AddBlock):
             return self.accept_blocks
+        if isinstance(msg, m.AddBlocks):
+            return [self.accept_blocks] * len(msg.block_infos)
         return True
 
     def of(self, kind: type) -> list[Any]:
@@ -167,9 +170,20 @@ class StandInTracker:
                 msg = f"timed out after {timeout_s}s; last messages: {self.messages[-5:]}"
                 raise AssertionError(msg)
 
+    def blocks(self) -> list[m.ReceivedBlockInfo]:
+        """Every block reported so far (``AddBlock`` or ``AddBlocks``), in report order."""
+        with self.cond:
+            out: list[m.ReceivedBlockInfo] = []
+            for x in self.messages:
+                if isinstance(x, m.AddBlock):
+                    out.append(x.block_info)
+                elif isinstance(x, m.AddBlocks):
+                    out.extend(x.block_infos)
+            return out
+
     def records(self) -> int:
         """Records in every block reported so far."""
-        return sum(x.block_info.num_records for x in self.of(m.AddBlock))
+        return sum(info.num_records for info in self.blocks())
 
     def stored_table(self, supervisor: ReceiverSupervisor) -> pa.Table:
         """Every block ``supervisor`` reported, read back from its block server, in order.
@@ -180,9 +194,9 @@ class StandInTracker:
         client = EndpointClient(supervisor.endpoint, self.secret)
         try:
             blocks = [
-                client.read_table(add.block_info.block_id.encode())
-                for add in self.of(m.AddBlock)
-                if add.block_info.stream_id == supervisor.stream_id
+                client.read_table(info.block_id.encode())
+                for info in self.blocks()
+                if info.stream_id == supervisor.stream_id
             ]
         finally:
             client.close()

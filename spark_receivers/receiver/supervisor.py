@@ -8,7 +8,7 @@ cycle between Started and Stopped while it restarts.
   the driver (a refusal stops the supervisor with the driver's message), then
   ``on_start`` (an exception there stops it with that error).
 * ``stop(message, error)``: ``on_stop``, ``DeregisterReceiver``, drain the block
-  generator (its last blocks are pushed), keep serving the blocks that batches
+  generator (its last blocks are pushed and reported), keep serving the blocks that batches
   have not read yet — until the driver removed them all, the driver sends
   ``ReleaseReceiver`` (no batch will read them), or ``receiver_drain_timeout_s``
   passes — then release :meth:`await_termination`, which re-raises the
@@ -33,6 +33,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -45,6 +46,7 @@ from spark_receivers.receiver.block_handler import (
     ReceivedBlockHandler,
     WriteAheadLogBasedBlockHandler,
 )
+from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.block_server import BlockServer
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.rate_limiter import RateLimiter
@@ -112,6 +114,10 @@ class ReceiverSupervisor:
         else:
             self.block_handler = BlockStoreBasedBlockHandler(self.block_store)
         self._tracker = EndpointClient(tracker_address, secret)
+        # Blocks are reported several per call when the driver is slow (block_reporter.py).
+        self._reporter = BlockReporter(
+            self._tracker.call, 2 * config.block_queue_size, name=f"block-reporter-{stream_id}"
+        )
         self._server = BlockServer(
             stream_id,
             host,
@@ -232,6 +238,7 @@ class ReceiverSupervisor:
             self._stop_message = message
         self._stop_receiver(message, error)
         self._generator.stop()
+        self._reporter.close(self.config.receiver_drain_timeout_s)  # the last blocks' AddBlocks
         self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
@@ -341,7 +348,13 @@ class ReceiverSupervisor:
         table: pa.Table,
         metadata: dict[str, Any] | None,
         generated_ms: int,
+        wait: bool = True,
     ) -> None:
+        """Store a block, then report it; ``wait``: until the driver accepted it (or raise).
+
+        Without ``wait`` (the pusher) a failed report drops the block from the store and
+        goes to :meth:`on_error` on the reporter's thread.
+        """
         name = block_id.name
         # Raises (no AddBlock) when the block store or the WAL failed.
         stored = self.block_handler.store_block(name, table, generated_ms)
@@ -356,16 +369,27 @@ class ReceiverSupervisor:
             metadata=metadata,
         )
         try:
-            ok = self._tracker.call(m.AddBlock(info))
+            future = self._reporter.submit(info)
         except Exception:
             self._server.remove([name])
             raise
-        if not ok:
-            self._server.remove([name])
+        future.add_done_callback(lambda f: self._reported(name, table.num_rows, f, wait))
+        if wait and not future.result():  # raises the call's error
             msg = f"Failed to add block {name} to receiver tracker"
             raise ReceiverError(msg)
-        self.records_stored += table.num_rows
-        self.blocks_pushed += 1
+
+    def _reported(self, name: str, rows: int, future: Future[bool], waited: bool) -> None:
+        """The driver answered for block ``name`` (reporter thread)."""
+        error = future.exception()
+        if error is None and future.result():
+            self.records_stored += rows
+            self.blocks_pushed += 1
+            return
+        self._server.remove([name])
+        if not waited:  # a waiting store raises the error itself
+            why = error or ReceiverError(f"Failed to add block {name} to receiver tracker")
+            log.error("block %s was not accepted by the driver: %s", name, why)
+            self.on_error(f"Error in block pushing thread: {why}", why)
 
     # --- BlockGeneratorListener -------------------------------------------------
 
@@ -382,7 +406,7 @@ class ReceiverSupervisor:
             for part in block.parts
         ]
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        self._push_block(block.block_id, table, None, block.generated_ms)
+        self._push_block(block.block_id, table, None, block.generated_ms, wait=False)
 
     def on_error(self, message: str, error: BaseException) -> None:
         """A block could not be pushed: tell the driver."""

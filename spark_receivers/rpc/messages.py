@@ -115,6 +115,18 @@ class AddBlock:
 
 
 @dataclass(frozen=True)
+class AddBlocks:
+    """A supervisor reports stored blocks, in the order it stored them.
+
+    Replied with one bool per block, in the same order. The blocks that piled up
+    while the previous call was in flight travel together (see
+    ``receiver/block_reporter.py``).
+    """
+
+    block_infos: tuple[ReceivedBlockInfo, ...]
+
+
+@dataclass(frozen=True)
 class ReportError:
     """A receiver reports an error; one-way."""
 
@@ -215,6 +227,7 @@ class ReleaseReceiver:
 TrackerMessage = (
     RegisterReceiver
     | AddBlock
+    | AddBlocks
     | ReportError
     | DeregisterReceiver
     | DescribeStream

@@ -174,9 +174,9 @@ def test_percentile_nearest_rank():
 def test_summarize_merges_client_reports():
     reports = [
         {"offered": 10, "latencies_ms": [1.0, 2.0], "lags_ms": [0.0, 1.0], "failed": 1,
-         "first_error": None, "cpu_s": 0.5},
+         "first_error": None, "cpu_s": 0.5, "calls": 1},
         {"offered": 10, "latencies_ms": [3.0], "lags_ms": [5.0], "failed": 0,
-         "first_error": "RpcError: x", "cpu_s": 0.5},
+         "first_error": "RpcError: x", "cpu_s": 0.5, "calls": 1},
     ]  # fmt: skip
     r = summarize(
         supervisors=4, rate=5.0, clients=2, seconds=2.0, reports=reports, accepted=3,
@@ -187,7 +187,9 @@ def test_summarize_merges_client_reports():
     assert r.driver_cpu_pct == 50.0 and r.clients_cpu_pct == 50.0
     assert r.first_error == "RpcError: x"
     text = render_tracker_section([r], machine=MACHINE, command="c", when=WHEN)
-    assert "| 4 x 5 | 20 | 2 | 1 |" in text and "RpcError: x" in text
+    # 1.5 blocks/s accepted in 1 call/s (1.5 blocks per call); far below the 5,000/s target.
+    assert "| 4 x 5 | 20 | 2 | **no** | 1 | 1.5 | 1 |" in text and "RpcError: x" in text
+    assert "through the real endpoint" in text
 
 
 def test_tracker_result_rates_with_zero_window():

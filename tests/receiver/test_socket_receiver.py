@@ -64,8 +64,8 @@ def tracker():
 def stored_values(tracker: StandInTracker, endpoint: str) -> list[str]:
     client = EndpointClient(endpoint, tracker.secret)
     values: list[str] = []
-    for add in tracker.of(m.AddBlock):
-        values += client.read_table(add.block_info.block_id.encode()).column("value").to_pylist()
+    for add in tracker.blocks():
+        values += client.read_table(add.block_id.encode()).column("value").to_pylist()
     return values
 
 
@@ -74,7 +74,7 @@ def run(tracker, receiver, expected_records: int):
     sup.start()
     tracker.wait_for(lambda: tracker.records() >= expected_records)
     values = stored_values(tracker, sup.endpoint)
-    names = tuple(a.block_info.block_id for a in tracker.of(m.AddBlock))
+    names = tuple(a.block_id for a in tracker.blocks())
     EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
     sup.stop("test over")
     sup.await_termination(15)
@@ -144,7 +144,7 @@ def test_reconnects_after_the_connection_drops(tracker):
         tracker.wait_for(lambda: tracker.records() >= 4)  # two connections' worth
         assert server.connections >= 2
         assert len(tracker.of(m.RegisterReceiver)) >= 2
-        names = tuple(a.block_info.block_id for a in tracker.of(m.AddBlock))
+        names = tuple(a.block_id for a in tracker.blocks())
         EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
         sup.stop("test over")
         sup.await_termination(15)
@@ -183,7 +183,7 @@ def test_include_timestamp_adds_when_the_lines_were_read(tracker):
         sup.start()
         tracker.wait_for(lambda: tracker.records() >= 2)
         client = EndpointClient(sup.endpoint, tracker.secret)
-        tables = [client.read_table(a.block_info.block_id.encode()) for a in tracker.of(m.AddBlock)]
+        tables = [client.read_table(a.block_id.encode()) for a in tracker.blocks()]
         sup.stop("test over")
         sup.await_termination(15)
     finally:

@@ -55,7 +55,7 @@ def eventually(predicate) -> None:
 
 
 def drop_all_blocks(tracker, sup) -> None:
-    names = tuple(x.block_info.block_id for x in tracker.of(m.AddBlock))
+    names = tuple(x.block_id for x in tracker.blocks())
     EndpointClient(sup.endpoint, tracker.secret).call(m.RemoveBlocks(names))
 
 
@@ -82,11 +82,11 @@ def test_receiver_life_cycle_with_every_store_form(tracker):
     # Every stored record can be read back from the block server.
     client = EndpointClient(sup.endpoint, tracker.secret)
     values = []
-    for add in tracker.of(m.AddBlock):
-        values += client.read_table(add.block_info.block_id.encode()).column("value").to_pylist()
+    for add in tracker.blocks():
+        values += client.read_table(add.block_id.encode()).column("value").to_pylist()
     expected = ["one", "with metadata", *"abcdefghijkl"]
     assert sorted(values) == sorted(expected)
-    ids = [x.block_info.block_id for x in tracker.of(m.AddBlock)]
+    ids = [x.block_id for x in tracker.blocks()]
     assert len(set(ids)) == len(ids)
 
     receiver.report_error("bad frame", ValueError("x"))
@@ -118,7 +118,7 @@ def test_restart_is_stop_then_start_and_block_ids_stay_unique(tracker):
     assert receiver.is_started()
     receiver.store(["after"])
     tracker.wait_for(lambda: tracker.records() == 2)
-    ids = [x.block_info.block_id for x in tracker.of(m.AddBlock)]
+    ids = [x.block_id for x in tracker.blocks()]
     assert len(set(ids)) == 2
     drop_all_blocks(tracker, sup)
     sup.stop("end")
@@ -184,7 +184,7 @@ def test_records_that_do_not_fit_the_schema_are_named():
             receiver.store(pa.table({"other": [1]}))
         tracker.wait_for(lambda: tracker.records() == 2)
         block = EndpointClient(sup.endpoint, tracker.secret).read_table(
-            tracker.of(m.AddBlock)[0].block_info.block_id.encode()
+            tracker.blocks()[0].block_id.encode()
         )
         assert block.schema.equals(schema)
         assert block.to_pylist() == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
@@ -218,7 +218,7 @@ def test_block_generator_throttling(tracker):
     elapsed = time.monotonic() - started
     sup.stop("end")
     sup.await_termination(WAIT_S)
-    counts = [x.block_info.num_records for x in tracker.of(m.AddBlock)]
+    counts = [x.num_records for x in tracker.blocks()]
     assert sum(counts) == 200
     # 200 records at 100/s: the total rate stays at the limit, and every full
     # block holds about rate * interval = 10 records.
@@ -253,4 +253,4 @@ def test_a_dead_block_generator_stops_the_supervisor_with_its_cause(tracker):
     assert receiver.is_stopped() and receiver.stops == 1
     (dereg,) = tracker.of(m.DeregisterReceiver)
     assert "BlockGenerator" in dereg.message and "Fatal" in dereg.error
-    assert tracker.of(m.AddBlock) == []
+    assert tracker.blocks() == []
