@@ -63,6 +63,8 @@ class ChildArgs:
     pipeline: str
     drain_s: float
     host: str = "127.0.0.1"
+    cold: bool = False
+    """As users start a stream: no warm-up job, the source connects at start (cold start)."""
 
     @property
     def batch_interval_ms(self) -> int:
@@ -88,6 +90,7 @@ def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
     p.add_argument("--pipeline", default="wordcount", choices=["wordcount", "two_action", "ingest"])
     p.add_argument("--drain", type=float, default=4.0, help="seconds to wait for the backlog")
     p.add_argument("--json", action="store_true", help="print the result line (always on)")
+    p.add_argument("--cold", action="store_true", help="no warm-up; connect at start")
     a = p.parse_args(argv)
     return ChildArgs(
         system=a.system,
@@ -97,6 +100,7 @@ def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
         master=a.master,
         pipeline=a.pipeline,
         drain_s=a.drain,
+        cold=a.cold,
     )
 
 

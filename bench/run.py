@@ -1,24 +1,29 @@
-"""Throughput rate ladder: every system, same machine, same run, same load (issue 11).
+"""Every benchmark of ``make bench``, then the rate ladder: same machine, same run (issues 11, 20).
 
-    python -m bench.run --quick                       # smoke: every section
-    python -m bench.run                               # every section, ~30 min
-    python -m bench.run --sections throughput         # the ladder alone, <= 15 min
-    python -m bench.run --sections throughput --systems dstream --pipelines wordcount,ingest
+    python -m bench.run --quick                       # smoke: every section, ~25 min
+    python -m bench.run                               # every section, ~75 min
+    python -m bench.run --sections throughput         # the ladder alone, <= 40 min
+    python -m bench.run --sections throughput --systems dstream --pipelines two_action
 
 Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
-``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), ``wal``
-(issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6, ``bench/latency_bench.py``),
-``backpressure`` (issue 7, ``bench/backpressure.py``),
-then ``throughput`` (issue 11, the rate ladder below). The sections before the ladder are
-bounded by their own lengths; the ladder has its own budget, ``--budget-minutes`` (15 by
-default), shared out among its sessions (see :func:`bench.harness.run_ladder`).
+``bench/store_bench.py``), ``tracker`` (issues 5 and 20, ``bench/tracker_bench.py``: blocks
+through the real endpoint), ``wal`` (issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6,
+``bench/latency_bench.py``), ``backpressure`` (issue 7, ``bench/backpressure.py``),
+``cold_start`` (issue 20, ``bench/cold_start.py``: scheduling delay over time from a cold
+start, with a plot), ``repeated_actions`` (issue 20, ``bench/repeated_actions.py``: first vs
+second action, the empty batch), then ``throughput`` (issues 11 and 20, the rate ladder of
+``bench/ladder.py``). The sections before the ladder are bounded by their own lengths; the
+ladder has its own budget, ``--budget-minutes`` (40 by default), shared out among its
+sessions.
 
-The ladder runs one session per system and pipeline: one JVM that is offered the rates one
-after the other (``--seconds`` each) and judged step by step while it runs, until its first
-unsustained step. The ``ingest`` pipeline (a line count, which separates a system's receive
-path from Spark's processing) runs for ``--ingest-systems`` only.
-Each writes its own section of ``BENCHMARKS.md`` (other sections are kept) and prints its
-tables; raw results go to ``bench/out/``.
+The ladder gives every system the same geometric rungs (1.25x apart): per system and
+pipeline a coarse session climbs every 4th rung, then a fine session climbs every rung from
+the last coarse rung that held, each until its first unsustained step; capacities and their
+ratios are printed as bounds. Pipelines: ``wordcount`` (one action), ``two_action``
+(``count()`` and the word count on each batch), ``ingest`` (a line count, for
+``--ingest-systems`` only). Each section is written to ``BENCHMARKS.md`` between its markers
+(other sections are kept) with only what that run measured; raw results go to
+``bench/out/``.
 
 Adding a system
 ---------------
@@ -26,11 +31,11 @@ Register a function with the :class:`bench.harness.Runner` signature in :data:`S
 
     def run_spark_receivers(rates: Sequence[int], step_s: float,
                             batch_interval_s: float = 1.0, master: str = "local[4]", *,
-                            ingest_only: bool = False, budget_s: float | None = None,
+                            pipeline: str = "wordcount", budget_s: float | None = None,
                             on_step=None) -> SessionResult: ...
 
 It must start its own load (a stepped :class:`bench.loadgen.LineServer`) and Spark, run the
-word count (``ingest_only``: a line count) over the rates, and judge each step with
+pipeline over the rates, and judge each step with
 :func:`bench.harness.summarize_step`. The easy way is the subprocess protocol the peers use:
 write a child pipeline ``pipeline(args: ChildArgs, recorder: BatchRecorder) -> stop`` (see
 ``bench/child.py`` and ``bench/peers.py``) that reports every batch's timings, scheduling
@@ -52,7 +57,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bench import backpressure, latency_bench, store_bench, tracker_bench, wal_bench
+from bench import (
+    backpressure,
+    cold_start,
+    latency_bench,
+    repeated_actions,
+    store_bench,
+    tracker_bench,
+    wal_bench,
+)
 from bench.harness import (
     LadderResult,
     Machine,
@@ -84,13 +97,24 @@ SYSTEMS: dict[str, Runner] = {
 }
 """Every system the ladder can run, by name."""
 
-SECTIONS = ("store", "tracker", "wal", "latency", "backpressure", "throughput")
+SECTIONS = (
+    "store",
+    "tracker",
+    "wal",
+    "latency",
+    "backpressure",
+    "cold_start",
+    "repeated_actions",
+    "throughput",
+)
 BEFORE_LADDER = {
     "store": store_bench,
     "tracker": tracker_bench,
     "wal": wal_bench,
     "latency": latency_bench,
     "backpressure": backpressure,
+    "cold_start": cold_start,
+    "repeated_actions": repeated_actions,
 }
 FULL_GRID = rung_grid(10_000, 4_000_000)
 """10,000 to 4 M lines/s (400 MB/s on loopback), 1.25x apart: the line count of
@@ -148,7 +172,7 @@ def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> l
         argv = ["--seconds", "1" if quick else "5", "--pipeline-seconds", "10" if quick else "30"]
     elif section == "tracker":
         argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
-    elif section in ("wal", "latency", "backpressure"):
+    elif section in ("wal", "latency", "backpressure", "cold_start", "repeated_actions"):
         argv = ["--quick"] if quick else []
     else:
         raise ValueError(f"section must be one of {sorted(BEFORE_LADDER)}, got {section!r}")
