@@ -40,6 +40,7 @@ __all__ = [
     "judge_targets",
     "render_capacities",
     "render_ratios",
+    "render_readme_paragraph",
     "render_throughput_section",
     "run_ladder",
     "rung_grid",
@@ -311,3 +312,34 @@ def render_throughput_section(
             skipped,
         ]
     )
+
+
+def render_readme_paragraph(
+    caps: Sequence[Capacity], targets: Sequence[Target], *, machine: Machine, when: dt.datetime
+) -> str:
+    """The README's performance paragraph, derived from one ladder run's capacities only."""
+    by = {(c.system, c.pipeline): c for c in caps}
+    sentences = [
+        f"Measured {when:%Y-%m-%d} on {machine.cores} cores ({machine.cpu_model}), "
+        "every system in the same run on the same rungs; a capacity `[a, b)` held at `a` "
+        "lines/s and failed at `b` under the strict judge (BENCHMARKS.md, `throughput`)."
+    ]
+    names = {"wordcount": "one-action word count", "two_action": "two-action word count",
+             "ingest": "line count"}  # fmt: skip
+    for pipeline in PIPELINES:
+        ours, peer = by.get(("spark_receivers", pipeline)), by.get(("dstream", pipeline))
+        if ours is None:
+            continue
+        text = f"{names[pipeline].capitalize()}: spark-receivers {ours.label()}"
+        wal = by.get(("spark_receivers_wal", pipeline))
+        if wal is not None:
+            text += f", with both WALs {wal.label()}"
+        if peer is not None:
+            lo, hi = ratio_bounds(ours, peer)
+            text += f", DStream {peer.label()}: [{_x(lo)}, {_x(hi)}] DStream's capacity"
+        sentences.append(text + ".")
+    verdicts = judge_targets(caps, targets).splitlines()[2:]
+    met = [row.split("|")[1].strip() + " — " + row.split("|")[3].strip() for row in verdicts]
+    if met:
+        sentences.append("Targets: " + "; ".join(met) + ".")
+    return " ".join(sentences)

@@ -81,6 +81,7 @@ from bench.ladder import (
     judge_targets,
     render_capacities,
     render_ratios,
+    render_readme_paragraph,
     render_throughput_section,
     run_ladder,
     rung_grid,
@@ -351,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_benchmarks_md(args.output, {"throughput": section})
         print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")
+        if Path(args.output).resolve() == (REPO_ROOT / "BENCHMARKS.md").resolve():
+            paragraph = render_readme_paragraph(caps, TARGETS, machine=machine, when=when)
+            write_benchmarks_md(REPO_ROOT / "README.md", {"performance": paragraph})
+            print("wrote the performance paragraph of README.md from this run")
     return 0
 
 

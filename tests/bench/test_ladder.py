@@ -319,3 +319,34 @@ def test_the_section_can_be_rewritten_from_a_raw_run(tmp_path):
     assert "dstream/wordcount@25,000" in text
     raw.write_text(json.dumps({"steps": []}))
     assert rewrite_from_raw(raw, str(out)) == 2
+
+
+def test_the_readme_paragraph_is_derived_from_the_run_only():
+    import datetime as dt
+
+    from bench.harness import Machine
+    from bench.ladder import render_readme_paragraph
+
+    def step(system: str, pipeline: str, rate: int, ok: bool) -> StepResult:
+        return StepResult(system, pipeline, rate, 10.0, 1, 1, sustained=ok)
+
+    caps = capacities(
+        [
+            step("spark_receivers", "two_action", 346_000, True),
+            step("spark_receivers", "two_action", 432_000, False),
+            step("dstream", "two_action", 92_100, True),
+            step("dstream", "two_action", 115_000, False),
+        ]
+    )
+    machine = Machine(2, "cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
+    text = render_readme_paragraph(
+        caps,
+        [Target("two_action", "spark_receivers", "dstream", 3.0),
+         Target("wordcount", "spark_receivers", "dstream", 5.0)],
+        machine=machine,
+        when=dt.datetime(2026, 11, 24, tzinfo=dt.UTC),
+    )  # fmt: skip
+    assert "Two-action word count: spark-receivers [346,000, 432,000)" in text
+    assert "DStream [92,100, 115,000): [3.01x, 4.69x] DStream's capacity" in text
+    assert "≥ 3x — met" in text and "≥ 5x — not measured in this run" in text
+    assert "One-action" not in text  # nothing that run did not measure
