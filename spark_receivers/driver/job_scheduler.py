@@ -15,12 +15,12 @@ listener bus. ``StreamingContext`` is only its public face.
 4. rate controllers join the bus (backpressure);
 5. the job generator is built; a fresh start writes a first checkpoint;
 6. ``on_streaming_started`` is posted;
-7. the receivers are launched, then the timer starts — or, when recovering, the
+7. the batch path is warmed up (``driver/batch_reader.py``): its one-time costs (Python
+   workers, planning, Flight connections, the first shuffle) are paid before the first
+   batch time instead of building a backlog in the first batches;
+8. the receivers are launched, then the timer starts — or, when recovering, the
    timer starts first (the batches to run again are allocated before any
-   receiver runs, so they hold exactly what was logged), then the receivers;
-   Before 7, the batch path is warmed up (``driver/batch_reader.py``): its one-time costs
-   (Python workers, planning, Flight connections, the first shuffle) are paid before the
-   first batch time instead of building a backlog in the first batches.
+   receiver runs, so they hold exactly what was logged), then the receivers.
 
 **Stop**, graceful: (1) the receivers are told to stop; they push their last
 blocks and deregister (waited for); (2) the job generator allocates every block
