@@ -12,7 +12,8 @@ the executors that read them, and every later action of the batch reads those (S
 DStream re-reads its blocks from the executors' BlockManager the same way). A partition that
 did not fit in memory is read from its block again, so nothing changes but the speed. When
 the batch ends the rows are dropped (``unpersist``, not waited for). A batch without blocks
-is one empty DataFrame per stream, made once.
+is one empty DataFrame per stream, made once, over an empty local relation (most actions
+on it run no Spark job).
 
 **Cold start**: the first read through the data source starts Python workers (on the
 driver to plan it, on the executors to read), imports Arrow Flight in them, opens Flight
@@ -80,7 +81,10 @@ class BatchReader:
             with self._lock:
                 df = self._empty.get(stream.stream_id)
             if df is None:
-                df = self._spark.createDataFrame([], schema)
+                # From an empty Arrow table: a LocalRelation the optimizer sees is empty, so
+                # most actions on it run no Spark job (createDataFrame([]) is a Python RDD:
+                # every action ran Python tasks on every core, 300-500 ms).
+                df = self._spark.createDataFrame(stream.receiver.schema.empty_table(), schema)
                 with self._lock:
                     df = self._empty.setdefault(stream.stream_id, df)
             return df
