@@ -122,6 +122,10 @@ def run_ladder(
             if share < SESSION_OVERHEAD_S + length:
                 result.skipped += [(name, pipeline, r) for r in rates]
                 return False
+        def tagged(step: StepResult) -> None:
+            if on_step is not None:
+                on_step(replace(step, extra={**step.extra, "phase": phase}))
+
         out = systems[name](
             rates,
             length,
@@ -129,7 +133,7 @@ def run_ladder(
             master,
             pipeline=pipeline,
             budget_s=share,
-            on_step=on_step,
+            on_step=tagged,
         )
         result.steps += [replace(s, extra={**s.extra, "phase": phase}) for s in out.steps]
         result.skipped += [(name, pipeline, r) for r in out.cut_rates]
