@@ -7,7 +7,7 @@ What runs: a real :class:`~spark_receivers.receiver.supervisor.ReceiverSuperviso
 BlockGenerator, RateLimiter, BlockStore, Flight block server and tracker client) in this
 process, and a minimal driver in **another process** (:func:`_driver_main`): a
 :class:`~spark_receivers.rpc.transport.FlightEndpoint` that accepts ``RegisterReceiver`` and
-``AddBlock`` (replying True) and, like the driver after a batch, sends ``RemoveBlocks`` back
+``AddBlocks`` (replying True per block) and, like the driver after a batch, sends ``RemoveBlocks`` back
 to the supervisor every 200 ms so the store does not grow. Records are 100-byte ``str``;
 block interval 200 ms; no rate limit. One thread calls ``Receiver.store`` in a loop:
 
@@ -108,12 +108,13 @@ def _driver_main(secret: str, conn: Connection) -> None:
                 with lock:
                     state["endpoint"] = endpoint
                 return True
-            case m.AddBlock(block_info=info):
+            case m.AddBlocks(block_infos=infos):
                 with lock:
-                    state["blocks"] += 1
-                    state["records"] += info.num_records
-                    state["pending"].append(info.block_id)
-                return True
+                    for info in infos:
+                        state["blocks"] += 1
+                        state["records"] += info.num_records
+                        state["pending"].append(info.block_id)
+                return [True] * len(infos)
             case m.DeregisterReceiver():
                 return True
         return None
