@@ -1,7 +1,7 @@
 """Every benchmark of ``make bench``, then the rate ladder: same machine, same run (issues 11, 20).
 
     python -m bench.run --quick                       # smoke: every section, ~25 min
-    python -m bench.run                               # every section, ~75 min
+    python -m bench.run                               # every section, 60-75 min
     python -m bench.run --sections throughput         # the ladder alone, <= 40 min
     python -m bench.run --sections throughput --systems dstream --pipelines two_action
 
@@ -125,7 +125,7 @@ COARSE_STEP_S = 10.0  # coarse sessions only find where the fine one starts
 FULL_BUDGET_S = 40 * 60.0
 QUICK_GRID = rung_grid(10_000, 20_000)
 QUICK_STEP_S = 8.0
-QUICK_BUDGET_S = 8 * 60.0  # 8 coarse sessions of 2 steps, no fine ones
+QUICK_BUDGET_S = 12 * 60.0  # 10 coarse sessions of 2 steps, no fine ones
 INGEST_SYSTEMS = ("dstream", "spark_receivers")
 """By default the line count runs for these: PySpark's JVM receiver path against ours."""
 TARGETS = (
