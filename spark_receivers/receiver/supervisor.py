@@ -7,8 +7,9 @@ cycle between Started and Stopped while it restarts.
 * ``start()``: start the block generator and the block server, register with
   the driver (a refusal stops the supervisor with the driver's message), then
   ``on_start`` (an exception there stops it with that error).
-* ``stop(message, error)``: ``on_stop``, ``DeregisterReceiver``, drain the block
-  generator (its last blocks are pushed and reported), keep serving the blocks that batches
+* ``stop(message, error)``: ``on_stop``, drain the block generator (its last
+  blocks are pushed and reported), ``DeregisterReceiver`` (so a driver that saw every
+  receiver deregister has every block), keep serving the blocks that batches
   have not read yet — until the driver removed them all, the driver sends
   ``ReleaseReceiver`` (no batch will read them), or ``receiver_drain_timeout_s``
   passes — then release :meth:`await_termination`, which re-raises the
@@ -213,7 +214,13 @@ class ReceiverSupervisor:
                 target=self.stop, args=("Error starting receiver", e), daemon=True
             ).start()
 
-    def _stop_receiver(self, message: str, error: BaseException | None) -> None:
+    def _stop_receiver(
+        self,
+        message: str,
+        error: BaseException | None,
+        drain: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_stop``, then ``drain()`` if given, then ``DeregisterReceiver``."""
         with self._lock:
             if self._receiver_state is not SupervisorState.STARTED:
                 return
@@ -223,6 +230,8 @@ class ReceiverSupervisor:
             self.receiver.on_stop()
         except Exception:
             log.exception("receiver %s failed in on_stop", self.stream_id)
+        if drain is not None:
+            drain()
         try:
             self._tracker.call(m.DeregisterReceiver(self.stream_id, message, describe_error(error)))
         except Exception:
@@ -236,15 +245,21 @@ class ReceiverSupervisor:
             self._state = SupervisorState.STOPPED
             self._stopping_error = error
             self._stop_message = message
-        self._stop_receiver(message, error)
-        self._generator.stop()
-        self._reporter.close(self.config.receiver_drain_timeout_s)  # the last blocks' AddBlocks
+        # Every block reported before the deregistration: a driver stopping gracefully
+        # processes what its receivers reported once they have all deregistered.
+        self._stop_receiver(message, error, drain=self._drain)
+        self._drain()  # a receiver that never started did not drain above
         self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
         self.block_handler.close()
         self._tracker.close()
         self._terminated.set()
+
+    def _drain(self) -> None:
+        """Push the generator's last blocks and wait for the driver's answers; idempotent."""
+        self._generator.stop()
+        self._reporter.close(self.config.receiver_drain_timeout_s)
 
     def restart_receiver(
         self, message: str, error: BaseException | None, delay_ms: int | None
