@@ -122,6 +122,7 @@ def run_ladder(
             if share < SESSION_OVERHEAD_S + length:
                 result.skipped += [(name, pipeline, r) for r in rates]
                 return False
+
         def tagged(step: StepResult) -> None:
             if on_step is not None:
                 on_step(replace(step, extra={**step.extra, "phase": phase}))

@@ -8,6 +8,7 @@
   how many blocks carried a WAL handle and how many bytes landed under the checkpoint
   directory (``extra["wal"]``); :func:`wal_status` turns that into a verdict that
   ``bench/run.py`` prints in BENCHMARKS.md.
+- ``spark_receivers_nocache``: WAL off, ``batch_cache=False`` (not in the default run).
 
 The word count is the peers' (see ``bench/peers.py``): split on spaces, replace the sequence
 number by ``#lines``, count per word, collect; the count of ``#lines`` is the batch's line
@@ -46,7 +47,13 @@ from bench.child import (
 from bench.harness import Runner, StepResult
 from bench.step import run_child_session
 
-__all__ = ["WAL_SYSTEMS", "run_spark_receivers", "run_spark_receivers_wal", "wal_status"]
+__all__ = [
+    "WAL_SYSTEMS",
+    "run_spark_receivers",
+    "run_spark_receivers_nocache",
+    "run_spark_receivers_wal",
+    "wal_status",
+]
 
 GATE_TIMEOUT_S = 90.0  # the receiver's own bound on waiting for the gate
 REGISTER_TIMEOUT_S = 60.0  # the gate opens at most this long after start if not registered
@@ -69,6 +76,13 @@ run_spark_receivers_wal: Runner = partial(
     run_child_session, "spark_receivers_wal", "bench.receivers"
 )
 """spark-receivers word count (or line count), receiver + driver WAL on, one session."""
+
+
+run_spark_receivers_nocache: Runner = partial(
+    run_child_session, "spark_receivers_nocache", "bench.receivers"
+)
+"""spark-receivers with ``batch_cache=False`` (every action reads the blocks again): what the
+batch cache costs a one-action pipeline and saves a two-action one. Not in the default run."""
 
 
 def wal_status(steps: Sequence[StepResult]) -> str:
@@ -121,7 +135,9 @@ def _dir_bytes(path: str | None) -> int:
     return total
 
 
-def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> Stop:
+def _spark_receivers(
+    args: ChildArgs, recorder: BatchRecorder, *, wal: bool, batch_cache: bool = True
+) -> Stop:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -159,7 +175,10 @@ def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> 
     checkpoint = tempfile.mkdtemp(prefix="bench-receivers-") if wal else None
     # Bounded stop: the harness drains before stopping, so nothing is left to serve.
     config = StreamingConfig(
-        receiver_wal_enabled=wal, receiver_drain_timeout_s=5.0, receiver_stop_timeout_s=5.0
+        batch_cache=batch_cache,
+        receiver_wal_enabled=wal,
+        receiver_drain_timeout_s=5.0,
+        receiver_stop_timeout_s=5.0,
     )
     ssc = StreamingContext(
         spark, batch_interval_ms=args.batch_interval_ms, checkpoint_dir=checkpoint, config=config
@@ -358,7 +377,15 @@ def _wal_on(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     return _spark_receivers(args, recorder, wal=True)
 
 
-PIPELINES: dict[str, Pipeline] = {"spark_receivers": _wal_off, "spark_receivers_wal": _wal_on}
+def _no_cache(args: ChildArgs, recorder: BatchRecorder) -> Stop:
+    return _spark_receivers(args, recorder, wal=False, batch_cache=False)
+
+
+PIPELINES: dict[str, Pipeline] = {
+    "spark_receivers": _wal_off,
+    "spark_receivers_wal": _wal_on,
+    "spark_receivers_nocache": _no_cache,
+}
 
 if __name__ == "__main__":
     sys.exit(child_main(PIPELINES))

@@ -87,7 +87,12 @@ from bench.ladder import (
     rung_grid,
 )
 from bench.peers import run_dstream, run_structured_socket
-from bench.receivers import run_spark_receivers, run_spark_receivers_wal, wal_status
+from bench.receivers import (
+    run_spark_receivers,
+    run_spark_receivers_nocache,
+    run_spark_receivers_wal,
+    wal_status,
+)
 from bench.step import REPO_ROOT
 
 SYSTEMS: dict[str, Runner] = {
@@ -95,8 +100,11 @@ SYSTEMS: dict[str, Runner] = {
     "structured_socket": run_structured_socket,
     "spark_receivers": run_spark_receivers,  # receiver WAL off
     "spark_receivers_wal": run_spark_receivers_wal,  # receiver and driver WAL on
+    "spark_receivers_nocache": run_spark_receivers_nocache,  # batch_cache=False
 }
 """Every system the ladder can run, by name."""
+DEFAULT_SYSTEMS = ("dstream", "structured_socket", "spark_receivers", "spark_receivers_wal")
+"""What ``make bench`` runs (``--systems spark_receivers_nocache`` adds the cache-off one)."""
 
 SECTIONS = (
     "store",
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="smoke run: 2 rungs, 8 s steps, coarse only"
     )
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"from {','.join(SECTIONS)}")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"from {sorted(SYSTEMS)}")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
     p.add_argument("--pipelines", default=",".join(PIPELINES), help=",".join(PIPELINES))
     p.add_argument(
         "--ingest-systems",

@@ -7,9 +7,10 @@ What runs: a real :class:`~spark_receivers.receiver.supervisor.ReceiverSuperviso
 BlockGenerator, RateLimiter, BlockStore, Flight block server and tracker client) in this
 process, and a minimal driver in **another process** (:func:`_driver_main`): a
 :class:`~spark_receivers.rpc.transport.FlightEndpoint` that accepts ``RegisterReceiver`` and
-``AddBlocks`` (replying True per block) and, like the driver after a batch, sends ``RemoveBlocks`` back
-to the supervisor every 200 ms so the store does not grow. Records are 100-byte ``str``;
-block interval 200 ms; no rate limit. One thread calls ``Receiver.store`` in a loop:
+``AddBlocks`` (replying True per block) and, like the driver after a batch, sends
+``RemoveBlocks`` back to the supervisor every 200 ms so the store does not grow. Records are
+100-byte ``str``; block interval 200 ms; no rate limit. One thread calls ``Receiver.store``
+in a loop:
 
 - ``one``: ``store(record)`` per record;
 - ``list``: ``store(list_of_1000)``;
