@@ -80,6 +80,7 @@ def run_case(spark: Any, *, rate: int, seconds: float, cache: bool) -> dict[str,
                 time.sleep(max(0.0, next_at - time.monotonic()))
 
     actions: dict[str, list[float]] = {"first": [], "second": [], "count": []}
+    lines: list[int] = []
     batch_ms: list[float] = []
     started = time.monotonic()
     warm_up_s = seconds / 5
@@ -97,8 +98,10 @@ def run_case(spark: Any, *, rate: int, seconds: float, cache: bool) -> dict[str,
     def on_batch(df: Any, batch_time_ms: int) -> None:
         first = timed(word_count, df)
         second = timed(word_count, df) if rate else 0.0
-        count = timed(lambda d: d.count(), df)
+        counted: list[int] = []
+        count = timed(lambda d: counted.append(d.count()), df)
         if time.monotonic() - started > warm_up_s:
+            lines.append(counted[0])
             actions["first"].append(first)
             actions["second"].append(second)
             actions["count"].append(count)
@@ -113,6 +116,7 @@ def run_case(spark: Any, *, rate: int, seconds: float, cache: bool) -> dict[str,
     out: dict[str, Any] = {"rate": rate, "cache": cache, "batches": len(actions["first"])}
     for key, values in actions.items():
         out[f"{key}_p50_ms"] = _p(values, 0.5)
+    out["lines_p50"] = _p([float(n) for n in lines], 0.5)
     out["batch_p50_ms"] = _p(batch_ms, 0.5)
     out["batch_p99_ms"] = _p(batch_ms, 0.99)
     return out
@@ -122,14 +126,18 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f} ms"
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
 def render_repeated_section(
     cases: list[dict[str, Any]], *, machine: Machine, command: str, when: dt.datetime
 ) -> str:
     """The ``repeated_actions`` section of BENCHMARKS.md (without its markers): this run only."""
     rows = [
-        "| batch cache | lines/s | batches | 1st word count p50 | 2nd word count p50 "
-        "| 2nd ÷ 1st | count() p50 | batch p50 / p99 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| batch cache | lines/s | batches | lines per batch p50 | 1st word count p50 "
+        "| 2nd word count p50 | 2nd ÷ 1st | count() p50 | batch p50 / p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in cases:
         if not c["rate"]:
@@ -138,6 +146,7 @@ def render_repeated_section(
         ratio = f"{second / first:.2f}" if first and second is not None else "-"
         rows.append(
             f"| {'on' if c['cache'] else 'off'} | {c['rate']:,} | {c['batches']} "
+            f"| {_num(c.get('lines_p50'))} "
             f"| {_ms(first)} | {_ms(second)} | {ratio} | {_ms(c['count_p50_ms'])} "
             f"| {_ms(c['batch_p50_ms'])} / {_ms(c['batch_p99_ms'])} |"
         )

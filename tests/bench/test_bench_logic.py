@@ -345,12 +345,12 @@ def test_repeated_actions_section_compares_first_and_second_and_judges_the_empty
     from bench.repeated_actions import render_repeated_section
 
     cases = [
-        {"rate": 100, "cache": True, "batches": 5, "first_p50_ms": 400.0,
+        {"rate": 100, "cache": True, "batches": 5, "lines_p50": 100.0, "first_p50_ms": 400.0,
          "second_p50_ms": 100.0, "count_p50_ms": 40.0, "batch_p50_ms": 560.0,
          "batch_p99_ms": 700.0},
         {"rate": 0, "cache": True, "batches": 9, "first_p50_ms": 30.0, "second_p50_ms": 0.0,
          "count_p50_ms": 20.0, "batch_p50_ms": 120.0, "batch_p99_ms": 150.0},
     ]  # fmt: skip
     text = render_repeated_section(cases, machine=MACHINE, command="c", when=WHEN)
-    assert "| on | 100 | 5 | 400 ms | 100 ms | 0.25 | 40 ms | 560 ms / 700 ms |" in text
+    assert "| on | 100 | 5 | 100 | 400 ms | 100 ms | 0.25 | 40 ms | 560 ms / 700 ms |" in text
     assert "| on | 9 | 120 ms | 150 ms | **no** |" in text
