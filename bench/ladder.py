@@ -3,8 +3,9 @@
 - :func:`rung_grid`: the rungs, geometric and never more than :data:`RUNG_RATIO` apart.
 - :func:`run_ladder`: per (pipeline, system), a **coarse** session that climbs every
   :data:`COARSE_EVERY`-th rung until its first unsustained step, then a **fine** session (a
-  fresh JVM, so no step starts behind a backlog) that climbs every rung from just above the
-  last coarse rung that held, until its own first unsustained step. Around each system's
+  fresh JVM, so no step starts behind a backlog) that climbs every rung from the last coarse
+  rung that held (its first step, where the fresh JVM warms up), until its own first
+  unsustained step. Around each system's
   limit its rungs are therefore at most 1.25x apart, and every system gets the same rungs.
 - :func:`capacities`: per (system, pipeline), ``lo`` = the highest rung that held below
   ``hi`` = the lowest rung that failed; the capacity is in ``[lo, hi)``.
@@ -150,10 +151,12 @@ def run_ladder(
         if not fine or failed is None:
             continue
         held = [s.offered_rate for s in steps if s.sustained and s.offered_rate is not None]
-        start = grid.index(max(held)) + 1 if held else None
-        if start is None or start >= len(grid):
+        if not held:
             continue  # nothing held: the capacity is below the lowest rung
+        # From the last coarse rung that held: a fresh JVM's first step is its warm-up (JIT,
+        # first jobs), so it runs where the system is known to hold, and is judged again.
         # Up to a coarse step past the coarse failure, in case that failure was noise.
+        start = grid.index(max(held))
         top = grid.index(failed) + coarse_every + 1
         session(name, pipeline, list(grid[start:top]), "fine", left - 1)
     result.elapsed_s = time.monotonic() - t0

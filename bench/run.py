@@ -158,7 +158,8 @@ rates one after the other on the same connection.
 Rungs: one geometric grid for every system, each rung at most 1.25x the one below. Per
 system and pipeline a **coarse** session climbs every 4th rung (10 s steps) until its first
 unsustained step; a **fine** session (a fresh JVM) then climbs every rung (15 s steps) from
-just above the last coarse rung that held, until its first unsustained step. A capacity is
+the last coarse rung that held (its first step, where the fresh JVM warms up, judged again),
+until its first unsustained step. A capacity is
 reported as the bound `[highest rung held, lowest rung failed)`, and a ratio of two
 capacities as `[lo_a / hi_b, hi_a / lo_b]`.
 
