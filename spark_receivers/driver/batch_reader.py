@@ -47,7 +47,11 @@ log = logging.getLogger(__name__)
 __all__ = ["WARM_UP_JOB_GROUP", "BatchReader"]
 
 WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
-WARM_UP_ROWS = 2_000
+WARM_UP_ROWS = 50_000
+"""Rows per warm-up block: enough for the JVM to compile the per-row loops of the read, the
+cache and the aggregation (a few thousand rows leave them interpreted, and the first real
+batches then run several times slower)."""
+WARM_UP_ROUNDS = 2
 
 
 class BatchReader:
@@ -143,7 +147,8 @@ class BatchReader:
         from spark_receivers.rpc.auth import new_secret
         from spark_receivers.rpc.transport import FlightEndpoint
 
-        table = pa.table({"value": pa.array([f"w{i % 97}" for i in range(WARM_UP_ROWS)])})
+        words = [f"{i:010d} warm up the batch path w{i % 97}" for i in range(WARM_UP_ROWS)]
+        table = pa.table({"value": pa.array(words, pa.string())})
         secret = new_secret()
         server = FlightEndpoint("block-reader-warm-up", host, secret, (), lambda _: None,
                                 lambda _ticket: table)  # fmt: skip
@@ -157,12 +162,15 @@ class BatchReader:
                 for i in range(self.read_partitions)
             ]
             schema = StructType([StructField("value", StringType())])
-            df = reader._read_blocks(infos, schema, -1)
-            df.count()
-            df.groupBy("value").count().collect()
+            for round_ in range(WARM_UP_ROUNDS):
+                df = reader._read_blocks(infos, schema, -1 - round_)
+                df.count()
+                # A grouped count over a few distinct string keys, as a word count has.
+                df.selectExpr("substring_index(value, ' ', -1) AS k").groupBy("k").count().collect()
         except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
             log.warning("the block reader's warm-up failed (the first batches pay it): %s", e)
         finally:
-            reader.release(-1)
+            for round_ in range(WARM_UP_ROUNDS):
+                reader.release(-1 - round_)
             server.close()
             done.set()

@@ -69,6 +69,9 @@ class FakeFrame:
         self._on_action("count")
         return 0
 
+    def selectExpr(self, *exprs):
+        return self
+
     def groupBy(self, *cols):
         return SimpleNamespace(count=lambda: SimpleNamespace(collect=lambda: []))
 
@@ -246,8 +249,9 @@ def test_start_posts_started_warms_up_then_launches_receivers_then_starts_the_ti
         log = world.rec.log
         # The batch path is warmed up (a read through the data source) before any
         # receiver runs and before the first batch time.
-        assert log[:5] == [
-            "post on_streaming_started", "executors", "read: count", "launch 0", "timer"
+        assert log[:6] == [
+            "post on_streaming_started", "executors", "read: count", "read: count", "launch 0",
+            "timer",
         ]  # fmt: skip
         with pytest.raises(StateError, match="ACTIVE"):
             world.graph.receiver_stream(Quiet())
