@@ -191,6 +191,20 @@ class StreamingConfig:
         "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
         old="spark.streaming.batch.readPartitions",
     )
+    # --- batches as users write them (issue 20) ---
+    batch_cache: bool = _key(
+        True,
+        "spark.receivers.batch.cache",
+        "Keep each batch's rows on the executors that read them, from the first action to the "
+        "end of the batch, so further actions read no block again (false: every action reads "
+        "the blocks again).",
+    )
+    warm_up_timeout_s: float = _key(
+        60.0,
+        "spark.receivers.warmUp.timeout",
+        "How long start() may spend paying the batch path's one-time costs before the first "
+        "batch; 0 = no warm-up.",
+    )
     receiver_max_restarts: int = _key(
         20,
         "spark.receivers.receiver.maxRestarts",

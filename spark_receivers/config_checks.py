@@ -89,6 +89,7 @@ def validate(cfg: Any) -> None:
         _non_negative(cfg, name, integral=True)
     for name in (
         "receiver_max_rate",
+        "warm_up_timeout_s",
         "backpressure_initial_rate",
         "backpressure_pid_proportional",
         "backpressure_pid_integral",

@@ -131,10 +131,11 @@ class StandInTracker:
 
     For testing a receiver without Spark: run it under a real
     :class:`ReceiverSupervisor` with :func:`supervise`, then look at the
-    messages it sent. Replies to ``RegisterReceiver``/``AddBlock`` with
-    ``accept_register``/``accept_blocks``; knows of no other executor, so
-    supervisors keep one copy of each block, in the block keeper they start.
-    Close it with :meth:`close` (which also ends those keepers).
+    messages it sent. Replies to ``RegisterReceiver`` and to ``AddBlock``/``AddBlocks``
+    (per block) with ``accept_register``/``accept_blocks``; :meth:`blocks` lists the
+    blocks reported either way. It knows of no other executor, so supervisors keep
+    one copy of each block, in the block keeper they start. Close it with
+    :meth:`close` (which also ends those keepers).
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -155,6 +156,8 @@ class StandInTracker:
             return self.accept_register
         if isinstance(msg, m.AddBlock):
             return self.accept_blocks
+        if isinstance(msg, m.AddBlocks):
+            return [self.accept_blocks] * len(msg.block_infos)
         if isinstance(msg, m.GetReplicaTargets):
             return []
         if isinstance(msg, m.ReportReplication | m.ReportLostBlock):
@@ -173,20 +176,30 @@ class StandInTracker:
                 msg = f"timed out after {timeout_s}s; last messages: {self.messages[-5:]}"
                 raise AssertionError(msg)
 
+    def blocks(self) -> list[m.ReceivedBlockInfo]:
+        """Every block reported so far (``AddBlock`` or ``AddBlocks``), in report order."""
+        with self.cond:
+            out: list[m.ReceivedBlockInfo] = []
+            for x in self.messages:
+                if isinstance(x, m.AddBlock):
+                    out.append(x.block_info)
+                elif isinstance(x, m.AddBlocks):
+                    out.extend(x.block_infos)
+            return out
+
     def records(self) -> int:
         """Records in every block reported so far."""
-        return sum(x.block_info.num_records for x in self.of(m.AddBlock))
+        return sum(info.num_records for info in self.blocks())
 
     def stored_table(self, supervisor: ReceiverSupervisor) -> pa.Table:
-        """Every block ``supervisor`` reported, read back from its block server, in order.
+        """Every block ``supervisor`` reported, read back from where it was kept, in order.
 
         A real, authenticated Arrow Flight read from where each block was kept (its
         block keeper), as a batch's read task makes it; blocks are in report order,
         records in store order within a block.
         """
         blocks = []
-        for add in self.of(m.AddBlock):
-            info = add.block_info
+        for info in self.blocks():
             if info.stream_id != supervisor.stream_id:
                 continue
             client = EndpointClient(info.locations[0], self.secret)

@@ -28,6 +28,8 @@ def test_round_trip_of_every_message():
     samples = [
         m.RegisterReceiver(1, "SocketTextReceiver", "h", "driver", "h:1"),
         m.AddBlock(info),
+        m.AddBlocks((info, info)),
+        m.AddBlocks(()),
         m.ReportError(1, "oops", "trace"),
         m.DeregisterReceiver(1, "bye", ""),
         m.DescribeStream("GeneratorReceiver-0"),
