@@ -200,6 +200,40 @@ class StreamingConfig:
         "The window in which maxRestarts restarts of one receiver fail the context.",
     )
 
+    # --- metrics and the status page: spark.receivers.metrics.*, spark.receivers.ui.* -------
+    metrics_enabled: bool = _key(
+        True,
+        "spark.receivers.metrics.enabled",
+        "Receivers report their counters to the driver (status page, /metrics, status()).",
+    )
+    metrics_report_interval_ms: int = _key(
+        1000,
+        "spark.receivers.metrics.reportInterval",
+        "How often each receiver sends its counters to the driver.",
+    )
+    ui_enabled: bool = _key(
+        False,
+        "spark.receivers.ui.enabled",
+        "Serve the status page, its JSON API and Prometheus /metrics from the driver "
+        "(the command line turns it on unless --no-ui).",
+    )
+    ui_host: str = _key(
+        "",
+        "spark.receivers.ui.host",
+        "Address the status page binds to; '' = as the Spark UI: SPARK_LOCAL_IP, else 0.0.0.0.",
+    )
+    ui_port: int = _key(
+        4050,
+        "spark.receivers.ui.port",
+        "First port tried for the status page (then the next ones, spark.port.maxRetries "
+        "times, as the Spark UI does); 0 = any free port.",
+    )
+    ui_retained_batches: int = _key(
+        1000,
+        "spark.streaming.ui.retainedBatches",
+        "Completed batches the status page, its API and recent_progress keep.",
+    )
+
     def __post_init__(self) -> None:
         validate(self)
 

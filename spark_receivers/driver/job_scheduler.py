@@ -52,6 +52,7 @@ from spark_receivers.driver.rate_controller import RateController
 from spark_receivers.driver.rate_estimator import create_rate_estimator
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker, create_driver_wal
 from spark_receivers.driver.receiver_launcher import ReceiverLauncher, task_specs
+from spark_receivers.driver.receiver_metrics import ReceiverMetricsTracker
 from spark_receivers.driver.receiver_outbox import ClientFactory, ReceiverOutbox
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
 from spark_receivers.driver.restart_policy import RestartPolicy
@@ -108,9 +109,7 @@ class JobScheduler:
     ) -> None:
         self._spark = spark
         self._launcher_factory = launcher_factory or ReceiverLauncher
-        self._client_factory = client_factory or (
-            lambda address: EndpointClient(address, self._secret)
-        )
+        self._client_factory = client_factory or (lambda a: EndpointClient(a, self._secret))
         self._graph = graph
         self._interval_ms = batch_interval_ms
         self._config = config
@@ -131,6 +130,7 @@ class JobScheduler:
         self._started = False
         self._stopped = False
         self.rate_controllers: dict[int, RateController] = {}
+        self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
 
     @property
     def error(self) -> BaseException | None:
@@ -272,6 +272,8 @@ class JobScheduler:
     def _dispatch(self, message: Any) -> Any:
         if isinstance(message, OFFSET_MESSAGES):
             return self._offsets.handle(message)
+        if isinstance(message, m.ReportReceiverMetrics):
+            return self.receiver_metrics.handle(message)
         return self.receiver_tracker.handle(message)
 
     def _check_wal_handle(self, info: m.ReceivedBlockInfo) -> None:

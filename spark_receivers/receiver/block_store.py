@@ -62,6 +62,12 @@ class BlockStore:
         """Bytes of blocks held in memory."""
         return self._memory_bytes
 
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of the blocks spilled to local disk (metrics)."""
+        with self._lock:
+            return sum(e.size_bytes for e in self._blocks.values() if e.table is None)
+
     def __len__(self) -> int:
         return len(self._blocks)
 

@@ -47,6 +47,12 @@ from spark_receivers.receiver.block_handler import (
 )
 from spark_receivers.receiver.block_server import BlockServer
 from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.metrics import (
+    MeteredTrackerClient,
+    MetricsReporter,
+    ReceiverMetrics,
+    meter_wal,
+)
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
@@ -111,7 +117,12 @@ class ReceiverSupervisor:
             )
         else:
             self.block_handler = BlockStoreBasedBlockHandler(self.block_store)
-        self._tracker = EndpointClient(tracker_address, secret)
+        # Metrics are counted around the push path, not in it (receiver/metrics.py).
+        self.metrics = ReceiverMetrics()
+        meter_wal(self.block_handler, self.metrics, self._clock)
+        self._tracker = MeteredTrackerClient(
+            EndpointClient(tracker_address, secret), self.metrics, self._clock
+        )
         self._server = BlockServer(
             stream_id,
             host,
@@ -133,6 +144,11 @@ class ReceiverSupervisor:
             self._clock,
             name=f"block-generator-{stream_id}",
         )
+        interval_ms = config.metrics_report_interval_ms if config.metrics_enabled else 0
+        self._reporter = MetricsReporter(
+            self._metrics_report, self._tracker.call, interval_ms, self._clock,
+            name=f"receiver-{stream_id}-metrics",
+        )  # fmt: skip
         self._lock = threading.RLock()
         self._state = SupervisorState.INITIALIZED
         self._receiver_state = SupervisorState.INITIALIZED
@@ -168,6 +184,7 @@ class ReceiverSupervisor:
                 raise StateError(msg)
             self._state = SupervisorState.STARTED
         self._generator.start()
+        self._reporter.start()
         self._start_receiver()
 
     def _start_receiver(self) -> None:
@@ -232,6 +249,7 @@ class ReceiverSupervisor:
             self._stop_message = message
         self._stop_receiver(message, error)
         self._generator.stop()
+        self._reporter.stop()  # the final totals, with the last blocks
         self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
@@ -277,6 +295,17 @@ class ReceiverSupervisor:
             log.warning(
                 "could not report error of receiver %s: %s", self.stream_id, message, exc_info=True
             )
+
+    def _metrics_report(self) -> m.ReportReceiverMetrics:
+        return self.metrics.report(
+            self.stream_id,
+            self._session,
+            self.executor_id,
+            self.rate_limiter,
+            self._generator.waited_for_room_s,
+            self.receiver,
+            self.block_store,
+        )
 
     # --- storing --------------------------------------------------------------
 
