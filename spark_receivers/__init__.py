@@ -12,6 +12,12 @@ from spark_receivers.driver.listener import (
     OutputOperationInfo,
     ReceiverInfo,
     StreamingListener,
+    StreamInputInfo,
+)
+from spark_receivers.driver.streaming_progress import (
+    OutputOperationProgress,
+    SourceProgress,
+    StreamingProgress,
 )
 from spark_receivers.errors import (
     AuthenticationError,
@@ -70,6 +76,7 @@ __all__ = [
     "MqttReceiver",
     "OffsetError",
     "OutputOperationInfo",
+    "OutputOperationProgress",
     "Receiver",
     "ReceiverError",
     "ReceiverInfo",
@@ -78,13 +85,16 @@ __all__ = [
     "RpcError",
     "SchemaLike",
     "SocketTextReceiver",
+    "SourceProgress",
     "SparkReceiversError",
     "StateError",
     "StorageLevel",
+    "StreamInputInfo",
     "StreamingConfig",
     "StreamingContext",
     "StreamingError",
     "StreamingListener",
+    "StreamingProgress",
     "StructuredReceiverStream",
     "ThreadedReceiver",
     "UnionStream",
