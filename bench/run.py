@@ -8,7 +8,8 @@
 Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
 ``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), ``wal``
 (issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6, ``bench/latency_bench.py``),
-``backpressure`` (issue 7, ``bench/backpressure.py``),
+``backpressure`` (issue 7, ``bench/backpressure.py``), ``observability`` (issue 21,
+``bench/observability.py``),
 then ``throughput`` (issue 11, the rate ladder below). The sections before the ladder are
 bounded by their own lengths; the ladder has its own budget, ``--budget-minutes`` (15 by
 default), shared out among its sessions (see :func:`bench.harness.run_ladder`).
@@ -52,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bench import backpressure, latency_bench, store_bench, tracker_bench, wal_bench
+from bench import backpressure, latency_bench, observability, store_bench, tracker_bench, wal_bench
 from bench.harness import (
     LadderResult,
     Machine,
@@ -77,13 +78,14 @@ SYSTEMS: dict[str, Runner] = {
 }
 """Every system the ladder can run, by name."""
 
-SECTIONS = ("store", "tracker", "wal", "latency", "backpressure", "throughput")
+SECTIONS = ("store", "tracker", "wal", "latency", "backpressure", "observability", "throughput")
 BEFORE_LADDER = {
     "store": store_bench,
     "tracker": tracker_bench,
     "wal": wal_bench,
     "latency": latency_bench,
     "backpressure": backpressure,
+    "observability": observability,  # issue 21: metrics + status page on vs off
 }
 FULL_RATES = [
     10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 500_000, 600_000, 800_000,
@@ -126,7 +128,7 @@ def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> l
         argv = ["--seconds", "1" if quick else "5", "--pipeline-seconds", "10" if quick else "30"]
     elif section == "tracker":
         argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
-    elif section in ("wal", "latency", "backpressure"):
+    elif section in ("wal", "latency", "backpressure", "observability"):
         argv = ["--quick"] if quick else []
     else:
         raise ValueError(f"section must be one of {sorted(BEFORE_LADDER)}, got {section!r}")

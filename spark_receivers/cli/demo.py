@@ -103,6 +103,8 @@ def _word_count(
 
     lines.foreach_batch(word_count)
     ssc.start()
+    if ssc.status_page_url:
+        say(f"status page {ssc.status_page_url}  (Prometheus: {ssc.status_page_url}metrics)")
     say(f"streaming for {seconds:g}s at {rate:,.0f} lines/s from {source.host}:{source.port} ...")
     started = time.monotonic()
     failed = None

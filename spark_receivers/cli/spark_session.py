@@ -4,7 +4,8 @@ Settings are parsed and checked without Spark (:func:`spark_settings`); only
 :func:`start_spark` starts a JVM. Nothing is forced: the master comes from
 ``--master``, else ``--conf spark.master``, else ``spark-defaults.conf``
 (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), else ``local[4]``; the Spark UI
-is on unless ``--no-ui``; ``SPARK_LOCAL_IP`` is left as the environment has it.
+and our status page (``spark.receivers.ui.*``) are on unless ``--no-ui``;
+``SPARK_LOCAL_IP`` is left as the environment has it.
 """
 
 from __future__ import annotations
@@ -114,19 +115,22 @@ def spark_settings(
         "spark.app.name": app_name,
         "spark.submit.deployMode": "client",
         "spark.ui.enabled": "true" if ui else "false",
+        # Our status page (and /metrics) too: docs/decisions/0006.
+        "spark.receivers.ui.enabled": "true" if ui else "false",
         # Spark's progress bars would cut through the per-batch lines.
         "spark.ui.showConsoleProgress": "false",
     }
-    if not ui and conf.get("spark.ui.enabled", "false") != "false":
-        msg = "--no-ui and --conf spark.ui.enabled=true disagree"
-        raise ConfigError(msg)
+    for key in ("spark.ui.enabled", "spark.receivers.ui.enabled"):
+        if not ui and conf.get(key, "false") != "false":
+            msg = f"--no-ui and --conf {key}=true disagree"
+            raise ConfigError(msg)
     if is_local(master):
         defaults["spark.sql.shuffle.partitions"] = "4"
     merged = {**conf, "spark.master": master}
     for key, value in defaults.items():
         merged.setdefault(key, value)
     if not ui:
-        merged["spark.ui.enabled"] = "false"
+        merged["spark.ui.enabled"] = merged["spark.receivers.ui.enabled"] = "false"
     return SparkSettings(app_name, master, tuple(merged.items()))
 
 
