@@ -97,8 +97,9 @@ def test_the_live_view_shows_totals_rates_delays_and_receivers():
     text = console.export_text()
     assert "generator://?rate=1000 -> parquet:/out" in text
     assert "status page http://127.0.0.1:4050/" in text and "4050/metrics" in text
-    assert "5,000" in text and "received" in text and "2,400" in text  # processed
-    assert "800" in text and "rec/s in" in text and "ms processing" in text
+    assert "received 5,000" in text and "processed 2,400" in text and "batches 3" in text
+    assert "input 800 rec/s (avg 800, max 800)" in text
+    assert "processing 200 ms" in text and "scheduling delay 5 ms" in text
     row = next(line for line in text.splitlines() if "SocketTextReceiver-0" in line)
     for cell in ("ACTIVE", "driver", "1,234", "unlimited", "3.0 MiB", "2.5 s"):
         assert cell in row, (cell, row)

@@ -84,8 +84,9 @@ class LiveView(ProgressPrinter):
             console=self.console,
             refresh_per_second=2,
             transient=False,
-            redirect_stdout=False,
-            redirect_stderr=False,
+            # Our own lines (say(), warnings) print above the view instead of through it.
+            redirect_stdout=True,
+            redirect_stderr=True,
         )
         self._live.start()
 
@@ -135,43 +136,44 @@ class LiveView(ProgressPrinter):
 
     def _summary(
         self, status: StreamingStatus, recent: list[StreamingProgress], counts: dict
-    ) -> Table:
-        table = Table.grid(padding=(0, 3))
-        for _ in range(4):
-            table.add_column(justify="right")
-            table.add_column(justify="left", style="dim")
-        last = recent[-1] if recent else None
-
-        def stat(values: list[float]) -> tuple[str, str]:
+    ) -> Text:
+        def stat(label: str, values: list[float], unit: str) -> Text:
             if not values:
-                return "-", ""
+                return Text.assemble((f"{label} ", "dim"), "-")
             mean = sum(values) / len(values)
-            return f"{values[-1]:,.0f}", f"avg {mean:,.0f}  max {max(values):,.0f}"
+            return Text.assemble(
+                (f"{label} ", "dim"),
+                (f"{values[-1]:,.0f}", "bold"),
+                f" {unit}",
+                (f" (avg {mean:,.0f}, max {max(values):,.0f})", "dim"),
+            )
 
-        rate, rate_more = stat([p.input_rows_per_second for p in recent])
-        processed = last.processed_rows_per_second if last else None
-        sched, sched_more = stat([float(p.scheduling_delay_ms or 0) for p in recent])
-        proc, proc_more = stat([float(p.batch_duration_ms) for p in recent])
-        total, total_more = stat([float(p.total_delay_ms or 0) for p in recent])
-        table.add_row(
-            f"{status.records_received:,}", "received",
-            f"{counts['records']:,}", "processed",
-            f"{counts['batches']:,}", f"batches ({counts['failed_batches']} failed)",
-            f"{len(status.pending_batches_ms)}", "pending",
+        def value(label: str, number: str) -> Text:
+            return Text.assemble((f"{label} ", "dim"), (number, "bold"))
+
+        last = recent[-1] if recent else None
+        gap = Text("   ")
+        failed = counts["failed_batches"]
+        totals = Text.assemble(
+            value("received", f"{status.records_received:,}"), gap,
+            value("processed", f"{counts['records']:,}"), gap,
+            value("batches", f"{counts['batches']:,}"),
+            (f" ({failed} failed)", "bold red" if failed else "dim"), gap,
+            value("pending", f"{len(status.pending_batches_ms)}"), gap,
+            value("batch interval", f"{self._interval_ms:,} ms"),
         )  # fmt: skip
-        table.add_row(
-            rate, f"rec/s in   {rate_more}",
-            "-" if processed is None else f"{processed:,.0f}", "rec/s processed",
-            sched, f"ms scheduling delay   {sched_more}",
-            "", "",
+        processed = "-" if last is None else f"{last.processed_rows_per_second:,.0f} rec/s"
+        rates = Text.assemble(
+            stat("input", [p.input_rows_per_second for p in recent], "rec/s"), gap,
+            value("processed", processed),
         )  # fmt: skip
-        table.add_row(
-            proc, f"ms processing   {proc_more}",
-            total, f"ms total delay   {total_more}",
-            f"{self._interval_ms:,}", "ms batch interval",
-            "", "",
+        delays = Text.assemble(
+            stat("scheduling delay", [float(p.scheduling_delay_ms or 0) for p in recent], "ms"),
+            gap, stat("processing", [float(p.batch_duration_ms) for p in recent], "ms"),
+            gap, stat("total delay", [float(p.total_delay_ms or 0) for p in recent], "ms"),
         )  # fmt: skip
-        return table
+        lines = [totals, rates, delays]
+        return Text("\n").join(lines)
 
     def _receivers(self, status: StreamingStatus) -> Table:
         table = Table(title=None, expand=False, header_style="bold", pad_edge=False)

@@ -4,7 +4,7 @@
 
 const REFRESH_MS = 2000;
 const WINDOW_MIN = Number(new URLSearchParams(location.search).get("minutes")) || 5;
-const BATCH_ROWS = 25;
+const BATCH_ROWS = 15;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 function fmt(n, digits = 0) {
@@ -134,7 +134,8 @@ function metadataText(stream) {
 
 function renderBatches(batches, intervalMs) {
   const tMax = batches.length ? batches[batches.length - 1].batchTime : Date.now();
-  const tMin = tMax - WINDOW_MIN * 60 * 1000;
+  // The last WINDOW_MIN minutes, or since the first batch kept when the stream is younger.
+  const tMin = Math.max(tMax - WINDOW_MIN * 60 * 1000, batches.length ? batches[0].batchTime : 0);
   const shown = batches.filter((b) => b.batchTime >= tMin);
   const series = (f) => shown.filter((b) => f(b) !== null).map((b) => [b.batchTime, f(b)]);
   drawChart("chart-input-rate", series((b) => b.inputRate), tMin, tMax, 0, "records/s");
