@@ -56,6 +56,9 @@ UNITS = {
     "checkpoint_dir": "path or URI",
     "batch_read_partitions": "tasks",
     "receiver_max_restarts": "restarts (-1: no limit)",
+    "ui_host": "host",
+    "ui_port": "port",
+    "ui_retained_batches": "batches",
 }
 
 
