@@ -11,7 +11,7 @@ our keys:
 
 - **on**: receivers report their metrics every second (``spark.receivers.metrics.enabled``),
   the driver serves the status page and ``/metrics`` (``spark.receivers.ui.enabled``), and a
-  poller in the driver process plays a viewer and Prometheus: the page's three API calls
+  poller in the driver process plays a viewer and Prometheus: the page's four API calls
   every 2 s and a ``/metrics`` scrape every 5 s;
 - **off**: no reports, no page, no poller.
 
@@ -86,7 +86,10 @@ class _Viewer:
     def _run(self) -> None:
         ticks = 0
         while not self._stop.wait(POLL_PAGE_S):
-            for path in ("api/v1/statistics", "api/v1/receivers", "api/v1/batches?limit=400"):
+            for path in (
+                "api/v1/statistics", "api/v1/streams", "api/v1/receivers",
+                "api/v1/batches?limit=400",
+            ):  # fmt: skip
                 self._get(path)
             ticks += 1
             if ticks % round(POLL_METRICS_S / POLL_PAGE_S) == 0:

@@ -91,6 +91,7 @@ def test_page_api_and_metrics_are_served(parts):
         code, headers, body = get(base)
         assert code == 200 and headers["Content-Type"].startswith("text/html")
         assert b'id="chart-input-rate"' in body and b"static/status.js" in body
+        assert b'id="streams"' in body and b'id="receivers"' in body
         assert b"http://" not in body.replace(b"http://www.w3.org", b"")  # no CDN
         assert "default-src 'self'" in headers["Content-Security-Policy"]
         code, _, js = get(base + "static/status.js")

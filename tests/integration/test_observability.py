@@ -182,6 +182,8 @@ def test_the_status_page_in_a_real_headless_chromium(spark, tmp_path):
                 in b.find_element(By.CSS_SELECTOR, "#receivers tbody").text
             )
             wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#batches tbody tr")) >= 2)
+            streams = browser.find_element(By.CSS_SELECTOR, "#streams tbody").text
+            assert "CountingReceiver-0" in streams and "batches" in streams
             points = browser.find_element(By.ID, "chart-processing-time").get_attribute(
                 "data-points"
             )

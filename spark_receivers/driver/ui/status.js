@@ -124,6 +124,21 @@ function renderReceivers(receivers) {
   }));
 }
 
+function renderStreams(streams) {
+  const body = document.querySelector("#streams tbody");
+  body.replaceChildren(...streams.map((s) => {
+    const tr = el("tr", { "data-stream": s.streamId });
+    tr.append(
+      el("td", {}, String(s.streamId)), el("td", {}, s.streamName),
+      el("td", {}, s.kind === "structured" ? "Structured Streaming" : "batches"),
+      el("td", {}, s.receiverType), el("td", { class: "num" }, fmt(s.numReceivedRecords)),
+      el("td", { class: "num" }, fmt(s.inputRate)),
+      el("td", { class: "num" }, s.rateLimit === null ? "unlimited" : fmt(s.rateLimit)),
+    );
+    return tr;
+  }));
+}
+
 function metadataText(stream) {
   if (!stream.metadata.length) return "";
   const shown = stream.metadata.length > 2
@@ -172,10 +187,12 @@ async function getJson(path) {
 
 async function refresh() {
   try {
-    const [stats, receivers, batches] = await Promise.all([
-      getJson("api/v1/statistics"), getJson("api/v1/receivers"), getJson("api/v1/batches?limit=400"),
+    const [stats, streams, receivers, batches] = await Promise.all([
+      getJson("api/v1/statistics"), getJson("api/v1/streams"), getJson("api/v1/receivers"),
+      getJson("api/v1/batches?limit=400"),
     ]);
     renderStatistics(stats);
+    renderStreams(streams);
     renderReceivers(receivers);
     renderBatches(batches, stats.batchDuration);
     document.body.dataset.refreshed = String(Date.now());
