@@ -364,7 +364,8 @@ class StreamingContext:
     def status(self) -> StreamingStatus:
         """A typed snapshot of where the stream stands now (receivers, batches, records)."""
         scheduler = self._scheduler
-        if scheduler is not None:
+        # While start() runs (INITIALIZED) the scheduler's parts are still being made.
+        if scheduler is not None and self._state is not ContextState.INITIALIZED:
             status = scheduler.status(self._state.name)
             reports = scheduler.receiver_metrics.snapshot()
             receivers = tuple(
