@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 
 import pytest
 from rich.console import Console
@@ -16,7 +17,7 @@ from rich.console import Console
 from spark_receivers.cli.ingest import progress_mode
 from spark_receivers.cli.live_view import JsonProgress, LiveView, size
 from spark_receivers.cli.sinks import parse_sink
-from spark_receivers.cli.spark_session import spark_settings
+from spark_receivers.cli.spark_session import spark_settings, without_unavailable_status_page
 from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, StreamInputInfo
 from spark_receivers.driver.progress import ProgressRecorder
 from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
@@ -68,6 +69,17 @@ def test_the_status_page_is_on_unless_no_ui():
     assert kept["spark.receivers.ui.enabled"] == "false"
     with pytest.raises(ConfigError, match=r"--no-ui and --conf spark\.receivers\.ui\.enabled"):
         spark_settings("x", "local[2]", ["spark.receivers.ui.enabled=true"], ui=False)
+
+
+def test_without_aiohttp_the_commands_run_without_the_status_page(monkeypatch):
+    settings = spark_settings("x", "local[2]", [])
+    assert without_unavailable_status_page(settings) == (settings, "")
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # what Python does for a missing module
+    changed, warning = without_unavailable_status_page(settings)
+    assert changed.conf_dict["spark.receivers.ui.enabled"] == "false"
+    assert "the status page needs the aiohttp package" in warning and "running without" in warning
+    off = spark_settings("x", "local[2]", [], ui=False)
+    assert without_unavailable_status_page(off) == (off, "")  # nothing to say when it is off
 
 
 def test_json_progress_prints_one_progress_per_batch_on_stdout():

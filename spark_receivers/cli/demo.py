@@ -20,7 +20,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.cli.ingest import parse_interval_ms, parse_seconds
-from spark_receivers.cli.spark_session import SparkSettings, is_local, spark_settings, start_spark
+from spark_receivers.cli.spark_session import (
+    SparkSettings,
+    is_local,
+    spark_settings,
+    start_spark,
+    without_unavailable_status_page,
+)
 from spark_receivers.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -41,6 +47,7 @@ def run(
         msg = f"--rate must be a finite number of lines/s > 0, got {args.rate!r}"
         raise ConfigError(msg)
     settings = spark_settings("spark-receivers-demo", args.master, args.conf, ui=not args.no_ui)
+    settings, page_warning = without_unavailable_status_page(settings)
     if not is_local(settings.master):
         msg = (
             "demo runs on local Spark only (its line source is on 127.0.0.1), "
@@ -54,6 +61,8 @@ def run(
         else (lambda *a: print(*a, file=out, flush=True))
     )
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if page_warning:
+        print(f"warning: {page_warning}", file=sys.stderr, flush=True)
     say(f"starting local Spark ({settings.master}) ...")
     spark = start(settings)
     try:

@@ -12,6 +12,7 @@ and exits 1 with the reason on its last line. See :mod:`spark_receivers.cli.outc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import os
 import re
@@ -29,7 +30,13 @@ from spark_receivers.cli.outcome import EXIT_INTERRUPTED, EXIT_OK, judge
 from spark_receivers.cli.progress import ProgressPrinter, one_line
 from spark_receivers.cli.sinks import SinkSpec, parse_sink
 from spark_receivers.cli.sources import Source, parse_source
-from spark_receivers.cli.spark_session import SparkSettings, is_local, spark_settings, start_spark
+from spark_receivers.cli.spark_session import (
+    SparkSettings,
+    is_local,
+    spark_settings,
+    start_spark,
+    without_unavailable_status_page,
+)
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.receiver_launcher import check_local_cores
 from spark_receivers.errors import ConfigError
@@ -217,7 +224,10 @@ def run(
 ) -> int:
     """The ``ingest`` command; returns its exit status (ConfigError: the caller's exit 2)."""
     plan = plan_ingest(args)
-    warnings = preflight(plan)
+    settings, page_warning = without_unavailable_status_page(plan.spark)
+    plan = dataclasses.replace(plan, spark=settings)
+    warnings = [page_warning] if page_warning else []
+    warnings += preflight(plan)
     for warning in warnings:
         say(f"warning: {warning}")
     if args.check:

@@ -10,6 +10,7 @@ and our status page (``spark.receivers.ui.*``) are on unless ``--no-ui``;
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -21,7 +22,14 @@ from spark_receivers.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "SparkSettings", "is_local", "parse_conf", "spark_settings"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "SparkSettings",
+    "is_local",
+    "parse_conf",
+    "spark_settings",
+    "without_unavailable_status_page",
+]
 
 DEFAULT_MASTER = "local[4]"
 
@@ -132,6 +140,26 @@ def spark_settings(
     if not ui:
         merged["spark.ui.enabled"] = merged["spark.receivers.ui.enabled"] = "false"
     return SparkSettings(app_name, master, tuple(merged.items()))
+
+
+def without_unavailable_status_page(settings: SparkSettings) -> tuple[SparkSettings, str]:
+    """The settings with the status page off when aiohttp cannot be imported, and why.
+
+    aiohttp is a dependency of the package, so this only happens in a broken or
+    hand-made environment: the command then runs without the page (and /metrics)
+    instead of failing at start. Returns ``(settings, "")`` when nothing changes.
+    """
+    from spark_receivers.errors import MissingDependencyError
+    from spark_receivers.util.extras import AIOHTTP, require
+
+    if settings.conf_dict.get("spark.receivers.ui.enabled", "false") != "true":
+        return settings, ""
+    try:
+        require(AIOHTTP, "the status page")
+    except MissingDependencyError as e:
+        conf = {**settings.conf_dict, "spark.receivers.ui.enabled": "false"}
+        return dataclasses.replace(settings, conf=tuple(conf.items())), f"{e}; running without it"
+    return settings, ""
 
 
 def start_spark(settings: SparkSettings, log_level: str = "ERROR") -> SparkSession:
