@@ -152,6 +152,11 @@ class ReceiverCollector(Collector):  # type: ignore[misc]
             "rate_limit_records_per_second",
             "The receiver's rate limit (backpressure or maxRate); absent when unlimited.",
         )
+        max_rate = family(
+            GaugeMetricFamily,
+            "max_rate_records_per_second",
+            "The cap no rate limit exceeds (spark.streaming.receiver.maxRate); absent: none.",
+        )
         rate = family(
             GaugeMetricFamily,
             "input_rate_records_per_second",
@@ -194,6 +199,8 @@ class ReceiverCollector(Collector):  # type: ignore[misc]
             current = status.rate_limits.get(r.stream_id, info.rate_limit)
             if current is not None:
                 limit.add_metric(key, current)
+            if info.max_rate is not None:
+                max_rate.add_metric(key, info.max_rate)
             rate.add_metric(key, info.input_rate)
             memory.add_metric(key, info.store_memory_bytes)
             disk.add_metric(key, info.store_disk_bytes)
@@ -204,7 +211,7 @@ class ReceiverCollector(Collector):  # type: ignore[misc]
             )
             wal.add_metric(key, cumulative(info.wal_write_counts), sum_value=info.wal_write_sum_s)
         yield from (received, blocks, bytes_, refused, bad, throttled, restarts, state)
-        yield from (limit, rate, memory, disk, errors, add_block, wal)
+        yield from (limit, max_rate, rate, memory, disk, errors, add_block, wal)
         yield from _context_metrics(status)
 
 

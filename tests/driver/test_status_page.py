@@ -42,7 +42,7 @@ def metrics() -> dict[int, ReceiverMetricsInfo]:
         blocks_refused=1, records_refused=10, input_rate=400.0, rate_limit=600.0,
         throttled_s=1.5, bad_records=2, bad_record_policy="dead_letter",
         store_memory_bytes=4096, store_disk_bytes=1024, store_blocks=2,
-        add_block_counts=counts, add_block_sum_s=0.012,
+        add_block_counts=counts, add_block_sum_s=0.012, max_rate=2000.0,
     )  # fmt: skip
     return {0: info}
 
@@ -133,6 +133,7 @@ def test_page_api_and_metrics_are_served(parts):
         assert value[("spark_receivers_bytes_received_total", key)] == 48_000
         assert value[("spark_receivers_block_store_memory_bytes", key)] == 4096
         assert value[("spark_receivers_rate_limit_records_per_second", key)] == 500.0
+        assert value[("spark_receivers_max_rate_records_per_second", key)] == 2000.0
         assert value[("spark_receivers_throttled_seconds_total", key)] == 1.5
         bad = (("policy", "dead_letter"), *key)
         assert value[("spark_receivers_bad_records_total", tuple(sorted(bad)))] == 2
