@@ -10,6 +10,7 @@ Sections (``--sections``, all by default, run in this order): ``store`` (issue 3
 through the real endpoint), ``wal`` (issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6,
 ``bench/latency_bench.py``), ``backpressure`` (issue 7, ``bench/backpressure.py``),
 ``replication`` (issue 18, ``bench/replication_bench.py``: two copies against one),
+``observability`` (issue 21, ``bench/observability.py``: metrics + status page on vs off),
 ``cold_start`` (issue 20, ``bench/cold_start.py``: scheduling delay over time from a cold
 start, with a plot), ``repeated_actions`` (issue 20, ``bench/repeated_actions.py``: first vs
 second action, the empty batch), then ``throughput`` (issues 11 and 20, the rate ladder of
@@ -62,6 +63,7 @@ from bench import (
     backpressure,
     cold_start,
     latency_bench,
+    observability,
     repeated_actions,
     replication_bench,
     store_bench,
@@ -115,6 +117,7 @@ SECTIONS = (
     "latency",
     "backpressure",
     "replication",
+    "observability",
     "cold_start",
     "repeated_actions",
     "throughput",
@@ -128,6 +131,7 @@ BEFORE_LADDER = {
     "replication": replication_bench,
     "cold_start": cold_start,
     "repeated_actions": repeated_actions,
+    "observability": observability,  # issue 21: metrics + status page on vs off
 }
 FULL_GRID = rung_grid(10_000, 4_000_000)
 """10,000 to 4 M lines/s (400 MB/s on loopback), 1.25x apart: the line count of

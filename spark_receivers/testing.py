@@ -90,12 +90,17 @@ class CountingReceiver(Receiver):
 
     Records are stored in lists of ``rate / 20`` every 50 ms; ``n`` starts again
     at 0 after a restart of the task (the receiver object is re-sent). With
-    ``rate=0`` it stores nothing and only runs.
+    ``rate=0`` it stores nothing and only runs. With ``offsets=True`` each list is
+    stored with ``metadata={"offset": <n after it>}``, as a source with offsets would
+    (each list is then a block of its own).
     """
 
-    def __init__(self, rate: int = 100, preferred_location: str | None = None) -> None:
+    def __init__(
+        self, rate: int = 100, preferred_location: str | None = None, offsets: bool = False
+    ) -> None:
         super().__init__(preferred_location=preferred_location)
         self.rate = rate
+        self.offsets = offsets
         self._thread: threading.Thread | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -119,7 +124,8 @@ class CountingReceiver(Receiver):
             pause.wait(0.05)
         while not self.is_stopped():
             try:
-                self.store([f"{self.stream_id}-{i}" for i in range(n, n + per_tick)])
+                records = [f"{self.stream_id}-{i}" for i in range(n, n + per_tick)]
+                self.store(records, metadata={"offset": n + per_tick} if self.offsets else None)
             except Exception:  # noqa: BLE001 - stopping while storing ends the loop
                 return
             n += per_tick

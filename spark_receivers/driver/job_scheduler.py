@@ -44,6 +44,7 @@ from spark_receivers.driver.listener import BlockLostInfo, ListenerBus
 from spark_receivers.driver.rate_controller import RateController, rate_controllers_for
 from spark_receivers.driver.received_block_tracker import open_block_tracker
 from spark_receivers.driver.receiver_launcher import ReceiverLauncher, task_specs
+from spark_receivers.driver.receiver_metrics import ReceiverMetricsTracker
 from spark_receivers.driver.receiver_outbox import ClientFactory, ReceiverOutbox
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
 from spark_receivers.driver.restart_policy import RestartPolicy
@@ -130,6 +131,7 @@ class JobScheduler:
         self._stopped = False
         self._keeper_starter: KeeperStarter | None = None
         self.rate_controllers: dict[int, RateController] = {}
+        self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
 
     @property
     def error(self) -> BaseException | None:
@@ -257,6 +259,8 @@ class JobScheduler:
             return self._offsets.handle(message)
         if isinstance(message, KEEPER_TRACKER_MESSAGES):
             return self.keepers.handle(message)
+        if isinstance(message, m.ReportReceiverMetrics):
+            return self.receiver_metrics.handle(message)
         return self.receiver_tracker.handle(message)
 
     def _check_wal_handle(self, info: m.ReceivedBlockInfo) -> None:

@@ -98,9 +98,11 @@ class InProcessSink:
         """Nothing to release."""
 
 
-class _Client(Protocol):
+class _Caller(Protocol):
     def call(self, message: object, timeout_s: float | None = None) -> object: ...
 
+
+class _Client(_Caller, Protocol):
     def put_table(
         self, command: bytes, table: pa.Table, timeout_s: float | None = None
     ) -> None: ...
@@ -124,7 +126,7 @@ class KeeperSink:
         host: str,
         level: StorageLevel,
         local: Callable[[bool], KeeperHandle],
-        tracker: _Client,
+        tracker: _Caller,
         client: Callable[[str], _Client],
         timeout_s: float,
         clock: Clock | None = None,
@@ -335,7 +337,7 @@ def keeper_sink(
     host: str,
     secret: str,
     level: StorageLevel,
-    tracker: EndpointClient,
+    tracker: _Caller,
     config: StreamingConfig,
     clock: Clock | None = None,
 ) -> KeeperSink:

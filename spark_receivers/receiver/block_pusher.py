@@ -77,6 +77,11 @@ class BlockPusher:
         # the GIL): pay that here, not in the first block's push while the receiver stores.
         records_to_table([], schema)
 
+    @property
+    def session(self) -> int:
+        """The supervisor session's id (its start time in ms): part of every block id."""
+        return self._session
+
     def next_block_id(self) -> m.StreamBlockId:
         """The id of the next block of this supervisor session."""
         return m.StreamBlockId(self.stream_id, self._session, next(self._seq))

@@ -58,6 +58,12 @@ from spark_receivers.receiver.block_pusher import BlockPusher
 from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.block_server import BlockServer, server_settings
 from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.metrics import (
+    MeteredTrackerClient,
+    MetricsReporter,
+    ReceiverMetrics,
+    meter_wal,
+)
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
@@ -113,7 +119,11 @@ class ReceiverSupervisor:
         self._clock = clock or SystemClock()
         self.storage_level = effective_level(receiver.storage_level, config, stream_id)
         self.block_store = BlockStore(self.storage_level, config.block_store_budget_bytes)
-        self._tracker = EndpointClient(tracker_address, secret, tls=config.tls)
+        # Metrics are counted around the push path, not in it (receiver/metrics.py).
+        self.metrics = ReceiverMetrics()
+        self._tracker = MeteredTrackerClient(
+            EndpointClient(tracker_address, secret, tls=config.tls), self.metrics, self._clock
+        )
         sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
         if config.block_keeper_enabled:
             sink = keeper_sink(
@@ -163,6 +173,12 @@ class ReceiverSupervisor:
             self._clock,
             name=f"block-generator-{stream_id}",
         )
+        meter_wal(self.block_handler, self.metrics, self._clock)
+        interval_ms = config.metrics_report_interval_ms if config.metrics_enabled else 0
+        self._metrics_reporter = MetricsReporter(
+            self._metrics_report, self._tracker.call, interval_ms, self._clock,
+            name=f"receiver-{stream_id}-metrics",
+        )  # fmt: skip
         self._lock = threading.RLock()
         self._state = SupervisorState.INITIALIZED
         self._receiver_state = SupervisorState.INITIALIZED
@@ -215,6 +231,7 @@ class ReceiverSupervisor:
                 ).start()
                 return
         self._generator.start()
+        self._metrics_reporter.start()
         self._start_receiver()
 
     def _start_receiver(self) -> None:
@@ -291,6 +308,7 @@ class ReceiverSupervisor:
         # processes what its receivers reported once they have all deregistered.
         self._stop_receiver(message, error, drain=self._drain)
         self._drain()  # a receiver that never started did not drain above
+        self._metrics_reporter.stop()  # the final totals, with the last blocks
         self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
@@ -341,6 +359,17 @@ class ReceiverSupervisor:
             log.warning(
                 "could not report error of receiver %s: %s", self.stream_id, message, exc_info=True
             )
+
+    def _metrics_report(self) -> m.ReportReceiverMetrics:
+        return self.metrics.report(
+            self.stream_id,
+            self._pusher.session,
+            self.executor_id,
+            self.rate_limiter,
+            self._generator.waited_for_room_s,
+            self.receiver,
+            self.block_store,
+        )
 
     # --- BlockGeneratorListener -------------------------------------------------
 

@@ -194,6 +194,43 @@ class ReportLostBlock:
     reason: str
 
 
+@dataclass(frozen=True)
+class LatencyCounts:
+    """A latency histogram: counts per bucket of ``util.histogram.LATENCY_BUCKETS_S``, sum."""
+
+    counts: tuple[int, ...]
+    sum_s: float
+
+
+@dataclass(frozen=True)
+class ReportReceiverMetrics:
+    """A supervisor's counters since it started (``session``), every report interval; one-way.
+
+    Counts are totals of the session (the driver adds the sessions of a receiver up);
+    ``rate_limit``/``max_rate`` None mean unlimited; ``throttled_s`` is the time
+    ``store()`` waited for rate-limit tokens or for room in the block queue.
+    """
+
+    stream_id: int
+    session: int
+    executor_id: str
+    records: int
+    bytes: int
+    blocks: int
+    blocks_refused: int
+    records_refused: int
+    rate_limit: float | None
+    max_rate: float | None
+    throttled_s: float
+    bad_records: int
+    bad_record_policy: str
+    store_memory_bytes: int
+    store_disk_bytes: int
+    store_blocks: int
+    add_block_latency: LatencyCounts
+    wal_write_latency: LatencyCounts
+
+
 # --- remote messages to the tracker from a Structured Streaming reader --------
 
 
@@ -297,6 +334,7 @@ TrackerMessage = (
     | GetReplicaTargets
     | ReportReplication
     | ReportLostBlock
+    | ReportReceiverMetrics
     | DescribeStream
     | StreamOffsets
     | AllocateOffsets

@@ -48,6 +48,9 @@ class FakeSparkContext:
     def setLocalProperty(self, *args) -> None:
         pass
 
+    def setJobDescription(self, description) -> None:
+        pass
+
     def cancelJobGroup(self, group) -> None:
         pass
 
