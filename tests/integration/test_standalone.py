@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rpc"))
 from service_fixtures import redis_url  # noqa: F401
 from test_tls import make_cert
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).with_name("apps")
 TOKEN = re.compile(r"\b\d{13}\.[0-9a-f]{24}\.[0-9a-f]{64}\b")
