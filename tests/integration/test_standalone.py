@@ -91,7 +91,13 @@ def run_app(
 
 
 def report(name: str, result: dict) -> None:
-    print(f"\nCLUSTER {name}: {json.dumps(result, default=str)}", flush=True)
+    """Print what a scenario saw (pytest -s); append it to $SPARK_RECEIVERS_CLUSTER_REPORT."""
+    line = f"CLUSTER {name}: {json.dumps(result, default=str)}"
+    print("\n" + line, flush=True)
+    path = os.environ.get("SPARK_RECEIVERS_CLUSTER_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
 
 
 def assert_two_receivers_exactly_once(result: dict) -> None:
