@@ -163,10 +163,15 @@ class ReceiverCollector(Collector):  # type: ignore[misc]
             "Records/s the receiver stored between its last two reports.",
         )
         memory = family(
-            GaugeMetricFamily, "block_store_memory_bytes", "Bytes of blocks held in memory."
+            GaugeMetricFamily,
+            "block_store_memory_bytes",
+            "Bytes of blocks held in memory where the receiver keeps them (with block keepers: "
+            "its executor's keeper, shared by the receivers there).",
         )
         disk = family(
-            GaugeMetricFamily, "block_store_disk_bytes", "Bytes of blocks spilled to disk."
+            GaugeMetricFamily,
+            "block_store_disk_bytes",
+            "Bytes of blocks spilled to disk (with block keepers: its executor's keeper).",
         )
         errors = family(
             GaugeMetricFamily,

@@ -73,9 +73,13 @@ class ReceiverMetrics:
         limiter: RateLimiter,
         waited_for_room_s: float,
         receiver: Any,
-        store: BlockStore,
+        store: BlockStore | Any,
     ) -> m.ReportReceiverMetrics:
-        """The report of this moment (totals of the session)."""
+        """The report of this moment (totals of the session).
+
+        ``store`` is what holds the blocks: the task's block store, or the executor's
+        block keeper (its ``memory_bytes``, ``disk_bytes`` and ``len``).
+        """
         policy = getattr(receiver, "bad_record_policy", None)
         with self._lock:
             counts = (

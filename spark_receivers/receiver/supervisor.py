@@ -361,6 +361,10 @@ class ReceiverSupervisor:
             )
 
     def _metrics_report(self) -> m.ReportReceiverMetrics:
+        # With block keepers the blocks are in this executor's keeper (shared by its
+        # receivers), not in the task's own store.
+        sink = self._sink
+        held = sink.held() if isinstance(sink, KeeperSink) else self.block_store
         return self.metrics.report(
             self.stream_id,
             self._pusher.session,
@@ -368,7 +372,7 @@ class ReceiverSupervisor:
             self.rate_limiter,
             self._generator.waited_for_room_s,
             self.receiver,
-            self.block_store,
+            held,
         )
 
     # --- BlockGeneratorListener -------------------------------------------------
