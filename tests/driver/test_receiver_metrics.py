@@ -8,6 +8,7 @@ import pytest
 
 from spark_receivers.driver.receiver_metrics import MAX_SESSIONS, ReceiverMetricsTracker
 from spark_receivers.errors import AuthenticationError, RpcError
+from spark_receivers.rpc import codec
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
@@ -123,9 +124,9 @@ def test_reports_cross_the_wire_validated_and_authenticated():
             stranger.call(report(records=99))
         with pytest.raises(RpcError, match="negative"):
             client.call(report(records=-3))
-        body = m.encode(report()).replace(b'"records":0,', b"")
+        body = codec.encode(report()).replace(b'"records":0,', b"")
         with pytest.raises(RpcError, match="missing field 'records'"):
-            m.decode("ReportReceiverMetrics", body, m.TRACKER_MESSAGES, 1 << 20)
+            codec.decode("ReportReceiverMetrics", body, m.TRACKER_MESSAGES, 1 << 20)
         assert t.snapshot()[0].records == 42
     finally:
         client.close()
