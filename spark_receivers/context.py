@@ -21,7 +21,6 @@ from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.deployment import prepare
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
-from spark_receivers.driver.observability import Observability
 from spark_receivers.driver.progress import ProgressRecorder
 from spark_receivers.driver.receiver_launcher import check_local_cores
 from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
@@ -44,6 +43,8 @@ from spark_receivers.util.clock import Clock, SystemClock
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from pyspark.sql import SparkSession
+
+    from spark_receivers.driver.observability import Observability
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,11 @@ class StreamingContext:
             describe=self._describe_stream,
         )
         self._bus.add(self._progress)
-        self._observability = Observability(
+        # Imported here: executors import this package to unpickle receivers, and need
+        # pyarrow and pandas only, never the driver's prometheus-client or aiohttp.
+        from spark_receivers.driver.observability import Observability
+
+        self._observability: Observability = Observability(
             self.config, self._bus, self._progress, self._spark_conf
         )
 

@@ -9,6 +9,8 @@ each other.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "spark_receivers"
@@ -122,3 +124,18 @@ def test_no_module_is_over_the_size_of_one_room():
     sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
     big = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert big == {}, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_importing_the_package_needs_only_what_executors_have():
+    """Executors unpickle receivers, which imports ``spark_receivers``: with a shipped zip
+    they have pyspark, pyarrow and pandas only (docs/deploy.md), never the driver's
+    prometheus-client, aiohttp or rich."""
+    code = (
+        "import sys, spark_receivers, spark_receivers.testing\n"
+        "print(sorted(m for m in ('prometheus_client', 'aiohttp', 'rich', 'redis', 'paho')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
