@@ -280,6 +280,13 @@ class StreamingConfig:
         "A block in no store and no WAL: fail (the context fails) or skip (the batch runs "
         "without it; on_block_lost and status() count it).",
     )
+    # --- testing aids (off by default)
+    fault_plan: str = _key(
+        "",
+        "spark.receivers.testing.faultPlan",
+        "Testing aid: path of a fault-plan file (JSON) whose windows cut receivers off from "
+        "the driver or fail their WAL's fsync with ENOSPC/EIO (docs/testing.md); '' = off.",
+    )
 
     def __post_init__(self) -> None:
         validate(self)

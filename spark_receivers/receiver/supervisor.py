@@ -62,6 +62,7 @@ from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.util import fault_plan
 from spark_receivers.util.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,9 @@ class ReceiverSupervisor:
         self._default_schema = is_default(self._schema)
         self.storage_level = effective_level(receiver.storage_level, config, stream_id)
         self.block_store = BlockStore(self.storage_level, config.block_store_budget_bytes)
-        self._tracker = EndpointClient(tracker_address, secret, tls=config.tls)
+        self._tracker = fault_plan.cut_client(
+            EndpointClient(tracker_address, secret, tls=config.tls), config, stream_id
+        )
         sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
         if config.block_keeper_enabled:
             sink = keeper_sink(
@@ -138,6 +141,7 @@ class ReceiverSupervisor:
             cleanup=self.block_handler.cleanup_old_blocks,
             update_rate=lambda rate: self._generator.update_rate(rate),
             max_message_bytes=config.max_message_bytes,
+            refuse=fault_plan.cut_check(config, stream_id),
             **server_settings(config, host),
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
