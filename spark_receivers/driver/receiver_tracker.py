@@ -1,11 +1,9 @@
 """The driver's receiver tracker: receiver states, registration, the RPC handler.
 
 Spark's ReceiverTracker and its endpoint, without Spark inside: built from plain
-parts (the receivers, a :class:`ReceivedBlockTracker`, a :class:`Launcher` that
-runs receiver jobs — on Spark the
-:class:`~spark_receivers.driver.receiver_launcher.ReceiverLauncher` —, a
-:class:`ReceiverOutbox` that talks to the supervisors) and unit-tested with a
-fake launcher and ``ManualClock``.
+parts (the receivers, a :class:`ReceivedBlockTracker`, a :class:`Launcher` that runs
+receiver jobs — on Spark the :class:`~spark_receivers.driver.receiver_launcher.ReceiverLauncher`
+—, a :class:`ReceiverOutbox` that talks to the supervisors), unit-tested with a fake launcher.
 
 :meth:`ReceiverTracker.handle` answers the receivers' remote messages
 (``RegisterReceiver``, ``AddBlock``, ``ReportError``, ``DeregisterReceiver``) on
@@ -394,7 +392,9 @@ class ReceiverTracker:
                 r.record_error(text, error, self._clock.get_time_ms())
             stopped = r.to_info()
             self._changed.notify_all()
-        log.info("receiver %d deregistered: %s", stream_id, text)
+        log.log(logging.WARNING if error else logging.INFO, "receiver %d: %s", stream_id, text)
+        if error:  # it stopped or restarts after a failure: as loud as a ReportError
+            self._bus.post("on_receiver_error", stopped)
         self._bus.post("on_receiver_stopped", stopped)
         if error:
             self._count_failure(stream_id, text)
