@@ -35,14 +35,12 @@ from typing import Any
 import numpy as np
 
 from reliability import report
+from reliability.cluster import StandaloneCluster, spark_home
 from reliability.driver import IngestDriver, spark_env
 from reliability.faults import KINDS, FaultEvent, FaultRunner
 from reliability.monitor import MemorySampler, Progress
 from reliability.redis_source import Group, Producer, RedisServer
 from reliability.sink import SinkWatch
-
-sys.path.insert(0, str(report.ROOT / "tests" / "integration"))
-from standalone import StandaloneCluster, spark_home
 
 STREAM, GROUP = "chaos", "spark"
 
@@ -309,6 +307,7 @@ def markdown(out: dict[str, Any], settings: ChaosSettings) -> str:
         ("peak RSS driver (Python + JVM)", f"{out['peak_rss_mib']['driver']} MiB"),
         ("peak RSS executor (JVM + workers + keeper)", f"{out['peak_rss_mib']['executor']} MiB"),
         ("driver exit after Ctrl-C", out.get("driver_exit")),
+        ("command", f"`{out.get('command', 'make chaos')}`"),
     ]
     if out.get("stalled"):
         rows.append(("stalled", out["stalled"]))
@@ -353,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos run in {root} (seed {settings.seed})", flush=True)
     try:
         out = run(settings, root, say=lambda s: print(s, flush=True))
+        out["command"] = " ".join(
+            ["scripts/chaos.py", *(argv if argv is not None else sys.argv[1:])]
+        )
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)

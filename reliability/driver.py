@@ -51,12 +51,17 @@ class IngestDriver:
         args: list[str],
         conf: dict[str, str],
         env: dict[str, str],
+        app: str | None = None,
     ) -> None:
+        """``app``: a driver script of ours (``--master``, ``--conf``) to run instead of ingest."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         merged = {**CLUSTER_CONF, **conf}
-        self.cmd = [sys.executable, "-m", "spark_receivers.cli", "ingest", "--master", master]
-        self.cmd += ["--no-ui", *args]
+        if app is None:
+            self.cmd = [sys.executable, "-m", "spark_receivers.cli", "ingest", "--master", master]
+            self.cmd += ["--no-ui", *args]
+        else:
+            self.cmd = [sys.executable, app, "--master", master, *args]
         self.cmd += [x for k, v in merged.items() for x in ("--conf", f"{k}={v}")]
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None

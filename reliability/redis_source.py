@@ -29,6 +29,19 @@ for i = 0, n - 1 do
 end
 return n
 """
+_ADD_LINES = """
+local n = tonumber(ARGV[2])
+local first = tonumber(ARGV[1])
+for i = 0, n - 1 do
+  local s = first + i
+  local words = {}
+  for k = 1, 8 do
+    words[k] = 'w' .. tostring((s * 7919 + k * 104729) % 1000)
+  end
+  redis.call('XADD', KEYS[1], '*', 'value', table.concat(words, ' '))
+end
+return n
+"""
 
 
 def free_port() -> int:
@@ -85,14 +98,21 @@ class RedisServer:
 
 
 class Producer:
-    """Adds records ``0, 1, 2, ...`` to ``stream`` at ``rate``/s (ticks of 10 ms) until stopped."""
+    """Adds records ``0, 1, 2, ...`` to ``stream`` at ``rate``/s (ticks of 10 ms) until stopped.
 
-    def __init__(self, server: RedisServer, stream: str, rate: float) -> None:
+    With ``words=True`` each record is a line of 8 words out of 1,000 (the soak's word
+    count); ``first`` numbers the first record.
+    """
+
+    def __init__(
+        self, server: RedisServer, stream: str, rate: float, words: bool = False, first: int = 0
+    ) -> None:
         self.stream = stream
         self.rate = rate
         self.sent = 0
+        self._first = first
         self._client = server.client()
-        self._add = self._client.register_script(_ADD)
+        self._add = self._client.register_script(_ADD_LINES if words else _ADD)
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
@@ -107,15 +127,23 @@ class Producer:
                 due = int((time.monotonic() - started) * self.rate)
                 n = min(due - self.sent, max(1, int(self.rate)))  # at most a second behind
                 if n > 0:
-                    self._add(keys=[self.stream], args=[self.sent, n])
+                    self._add(keys=[self.stream], args=[self._first + self.sent, n])
                     self.sent += n
         except BaseException as e:  # recorded: the run fails with it
             self.error = e
 
+    def fill(self, n: int, chunk: int = 10_000) -> None:
+        """Add ``n`` records at once (a backlog), on the caller's thread."""
+        for start in range(0, n, chunk):
+            count = min(chunk, n - start)
+            self._add(keys=[self.stream], args=[self._first + self.sent, count])
+            self.sent += count
+
     def stop(self) -> int:
         """Stop adding; return how many records were added."""
         self._stop.set()
-        self._thread.join(30)
+        if self._thread.is_alive():
+            self._thread.join(30)
         self._client.close()
         return self.sent
 
