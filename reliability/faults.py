@@ -96,17 +96,22 @@ class FaultRunner:
     def apply(self, kind: str) -> FaultEvent:
         event = FaultEvent(kind, round(time.monotonic() - self.started, 1))
         if kind in ("worker", "executor", "driver"):
-            base = self.progress.now()
             getattr(self, f"_kill_{kind}")(event)
+            killed = time.monotonic()
             event.pending_after = self.group.pending_values()
             if kind == "driver":
                 self.driver.start()
                 self.driver_killed = False
+            # The baseline is taken after the kill: an ack the killed process sent just
+            # before dying must not count as the recovery.
+            base = self.progress.wait(lambda s: s.mono >= killed + 0.3, 10) or self.progress.now()
+            since = killed
         else:
             base = self._window(kind, event)
+            since = base.mono
         if not event.detail.startswith("skipped"):
             found = self.progress.recovered_after(base, self.stall_s)
-            event.recovery_s = None if found is None else round(found.mono - base.mono, 1)
+            event.recovery_s = None if found is None else round(found.mono - since, 1)
         return event
 
     def _kill_worker(self, event: FaultEvent) -> None:
