@@ -195,11 +195,16 @@ class FaultPlan:
         os.replace(tmp, path)
 
 
+_announced: set[str] = set()
+
+
 def _plan_of(config: StreamingConfig, clock: Clock | None) -> FaultPlan | None:
     path = config.fault_plan
     if not path:
         return None
-    log.warning("fault plan %s is configured (%s): a testing aid", path, FAULT_PLAN_KEY)
+    if path not in _announced:  # once per process: it is never on by accident
+        _announced.add(path)
+        log.warning("fault plan %s is configured (%s): a testing aid", path, FAULT_PLAN_KEY)
     return FaultPlan(path, clock)
 
 
