@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test lint docs bench bench-quick chaos soak check-java clean
+.PHONY: demo test lint docs bench bench-quick chaos soak check-java clean screenshots
 
 $(STAMP): pyproject.toml
 	@scripts/check-java.sh
@@ -35,6 +35,11 @@ lint: $(STAMP)
 # docs/config.md and docs/errors.md from the code, the API reference (pdoc) in build/docs/api.
 docs: $(STAMP)
 	$(PY) scripts/docs.py
+
+# The README's status page and terminal screenshots, from a real demo and a real ingest.
+screenshots: $(STAMP)
+	scripts/services.sh install chromium
+	$(PY) scripts/screenshots.py
 
 bench: $(STAMP)
 	$(PY) -m bench.run

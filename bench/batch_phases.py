@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     secret = new_secret()
     lines = warmup_lines(args.lines)
     per = len(lines) // args.blocks
+
     def block(part: list[str]) -> pa.Table:
         step = args.chunk_lines or len(part) or 1
         chunks = [pa.array(part[j : j + step], pa.string()) for j in range(0, len(part), step)]

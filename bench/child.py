@@ -60,17 +60,24 @@ class ChildArgs:
     seconds: float
     batch_interval_s: float
     master: str
-    ingest_only: bool
+    pipeline: str
     drain_s: float
     host: str = "127.0.0.1"
+    cold: bool = False
+    """As users start a stream: no warm-up job, the source connects at start (cold start)."""
 
     @property
     def batch_interval_ms(self) -> int:
         return round(self.batch_interval_s * 1000)
 
     @property
-    def pipeline(self) -> str:
-        return "ingest" if self.ingest_only else "wordcount"
+    def ingest_only(self) -> bool:
+        return self.pipeline == "ingest"
+
+    @property
+    def two_actions(self) -> bool:
+        """``count()`` before the word count, on the same batch (two Spark actions)."""
+        return self.pipeline == "two_action"
 
 
 def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
@@ -80,9 +87,10 @@ def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--batch-interval", type=float, default=1.0)
     p.add_argument("--master", default="local[4]")
-    p.add_argument("--ingest-only", action="store_true")
+    p.add_argument("--pipeline", default="wordcount", choices=["wordcount", "two_action", "ingest"])
     p.add_argument("--drain", type=float, default=4.0, help="seconds to wait for the backlog")
     p.add_argument("--json", action="store_true", help="print the result line (always on)")
+    p.add_argument("--cold", action="store_true", help="no warm-up; connect at start")
     a = p.parse_args(argv)
     return ChildArgs(
         system=a.system,
@@ -90,8 +98,9 @@ def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
         seconds=a.seconds,
         batch_interval_s=a.batch_interval,
         master=a.master,
-        ingest_only=a.ingest_only,
+        pipeline=a.pipeline,
         drain_s=a.drain,
+        cold=a.cold,
     )
 
 

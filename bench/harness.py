@@ -4,9 +4,8 @@
 - :class:`BatchSample` / :class:`StepResult`: one batch as a system reported it, and one
   (system, pipeline, offered rate) step reduced to the numbers we compare.
 - :func:`summarize_step`: the one place that decides "sustained", shared by every system.
-- :func:`run_ladder`: rising offered rates, one session (one JVM) per system and pipeline
-  that climbs until its first unsustained step; bounded by a time budget shared out among
-  the sessions.
+- :class:`Runner` / :class:`SessionResult`: one session of one system (one JVM) over rising
+  rates; the ladder that calls them is ``bench/ladder.py``.
 - :func:`write_benchmarks_md`: replace or append one named section of ``BENCHMARKS.md``,
   leaving the other benchmarks' sections as they are.
 
@@ -16,12 +15,10 @@ a name ending ``_ms`` or ``_s``.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import platform
 import re
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,17 +28,12 @@ __all__ = [
     "OFFERED_FRACTION",
     "PROCESSED_FRACTION",
     "BatchSample",
-    "Headline",
     "LadderResult",
     "Machine",
     "Runner",
     "SessionResult",
     "StepResult",
-    "headlines",
-    "render_ratios",
     "render_steps_table",
-    "render_throughput_section",
-    "run_ladder",
     "summarize_step",
     "write_benchmarks_md",
 ]
@@ -49,6 +41,7 @@ __all__ = [
 PROCESSED_FRACTION = 0.95  # processed / sent, at the end of the drain
 OFFERED_FRACTION = 0.95  # sent / (rate * seconds): below it, the consumer pushed back over TCP
 LATENCY_SAMPLES = 100  # lines per batch whose end-to-end latency is taken
+DELAY_GROWTH_LIMIT = 0.02  # ms of scheduling delay per ms of batch time, in a step's last third
 SESSION_OVERHEAD_S = 45.0  # JVM start, warm-up, stop: what a session costs besides its steps
 
 
@@ -225,6 +218,23 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return float(ordered[int(rank) - 1])
 
 
+def delay_slope(samples: Sequence[BatchSample]) -> float | None:
+    """Least-squares slope of scheduling delay (ms) against batch time (ms); None below 2."""
+    points = [
+        (b.batch_time_s * 1000.0, b.scheduling_delay_ms)
+        for b in samples
+        if b.scheduling_delay_ms is not None
+    ]
+    if len(points) < 2:
+        return None
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_d = sum(d for _, d in points) / len(points)
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mean_t) * (d - mean_d) for t, d in points) / var
+
+
 def summarize_step(
     *,
     system: str,
@@ -250,14 +260,18 @@ def summarize_step(
     the lines processed so far are the first ones sent, and the step's processed lines are
     those of its own sequence numbers: ``total - lines_before``, at most ``lines_sent``.
 
-    Sustained means all of:
+    Sustained means all of (the judge is stricter than any claim made from it):
 
     1. processed >= 95 % of sent (when the step is judged);
     2. sent >= 95 % of ``offered_rate * seconds``: a receiver that cannot keep up pushes back
        over TCP, and then the load generator cannot offer the rate at all;
-    3. at least two batches in the steady-state window (the second half of the send window)
-       and every scheduling delay there below one batch interval;
-    4. no error.
+    3. at least two batches in the steady-state window (the second half of the step) and
+       their p50 processing time below one batch interval;
+    4. in the last third of the step, at least two batches, every scheduling delay below one
+       batch interval, and the delay not growing: its least-squares slope against batch
+       time at most :data:`DELAY_GROWTH_LIMIT` (a backlog that grows by 2 % of the elapsed
+       time grows by a whole interval within 50 intervals);
+    5. no error.
 
     Latency uses the sequence numbers: lines arrive in order on one connection, so a batch
     holds the lines from ``(lines processed before it)`` to ``(lines processed up to and
@@ -266,15 +280,19 @@ def summarize_step(
     ordered = sorted(batches, key=lambda b: (b.batch_time_s, b.batch_id))
     processed = max(0, min(sum(b.lines for b in ordered) - lines_before, lines_sent))
     window: list[BatchSample] = []
+    last_third: list[BatchSample] = []
     latencies: list[float] = []
     if started_at_s is not None:
         lo, hi = started_at_s + seconds / 2, started_at_s + seconds
+        third = started_at_s + seconds * 2 / 3
         cumulative = 0
         for b in ordered:
             cumulative += b.lines
             if not lo <= b.batch_time_s < hi:
                 continue
             window.append(b)
+            if b.batch_time_s >= third:
+                last_third.append(b)
             if b.lines > 0 and cumulative <= lines_before + lines_sent:
                 first, k = cumulative - b.lines, min(LATENCY_SAMPLES, b.lines)
                 for i in range(1, k + 1):  # the last sample is the batch's newest line
@@ -282,6 +300,10 @@ def summarize_step(
                     latencies.append((b.completed_s - send_time_of(seq)) * 1000)
     processing = [b.processing_ms for b in window]
     delays = [b.scheduling_delay_ms for b in window if b.scheduling_delay_ms is not None]
+    late = [b.scheduling_delay_ms for b in last_third if b.scheduling_delay_ms is not None]
+    slope = delay_slope(last_third)
+    interval_ms = batch_interval_s * 1000
+    p50 = _percentile(processing, 50)
 
     reasons = []
     if error:
@@ -298,8 +320,15 @@ def summarize_step(
             delays = [b.scheduling_delay_ms for b in ordered if b.scheduling_delay_ms is not None]
     elif len(window) < 2:
         reasons.append(f"{len(window)} batches in the steady-state window")
-    elif delays and max(delays) >= batch_interval_s * 1000:
-        reasons.append(f"scheduling delay reached {max(delays):,.0f} ms")
+    else:
+        if p50 is not None and p50 >= interval_ms:
+            reasons.append(f"batch p50 {p50:,.0f} ms >= the {interval_ms:,.0f} ms interval")
+        if len(late) < 2:
+            reasons.append(f"{len(late)} batches with a delay in the last third")
+        elif max(late) >= interval_ms:
+            reasons.append(f"scheduling delay reached {max(late):,.0f} ms in the last third")
+        if slope is not None and slope > DELAY_GROWTH_LIMIT:
+            reasons.append(f"scheduling delay growing ({slope * 1000:,.0f} ms per s)")
     return StepResult(
         system=system,
         pipeline=pipeline,
@@ -308,7 +337,7 @@ def summarize_step(
         lines_sent=lines_sent,
         lines_processed=processed,
         batches_in_window=len(window),
-        batch_p50_ms=_percentile(processing, 50),
+        batch_p50_ms=p50,
         batch_p95_ms=_percentile(processing, 95),
         sched_delay_p50_ms=_percentile(delays, 50),
         sched_delay_max_ms=max(delays) if delays else None,
@@ -319,7 +348,10 @@ def summarize_step(
         reason="; ".join(reasons),
         error=error,
         wall_s=wall_s,
-        extra=dict(extra or {}),
+        extra={
+            **(extra or {}),
+            "delay_growth_ms_per_s": None if slope is None else round(slope * 1000, 1),
+        },
     )
 
 
@@ -342,7 +374,7 @@ class Runner(Protocol):
         batch_interval_s: float = 1.0,
         master: str = "local[4]",
         *,
-        ingest_only: bool = False,
+        pipeline: str = "wordcount",
         budget_s: float | None = None,
         on_step: Callable[[StepResult], None] | None = None,
     ) -> SessionResult: ...
@@ -367,57 +399,6 @@ class LadderResult:
     elapsed_s: float = 0.0
 
 
-def run_ladder(
-    systems: Mapping[str, Runner],
-    rates: Sequence[int],
-    step_s: float,
-    *,
-    pipelines: Sequence[str] = ("wordcount",),
-    ingest_systems: Sequence[str] | None = None,
-    batch_interval_s: float = 1.0,
-    master: str = "local[4]",
-    budget_s: float | None = None,
-    on_step: Callable[[StepResult], None] | None = None,
-) -> LadderResult:
-    """Climb ``rates`` in one session per (pipeline, system), pipelines first, in order.
-
-    A session pays the JVM's start and warm-up once for all its rates (a fresh JVM per rate
-    cost ~30 s of every ~50 s step). A session stops after its first unsustained step.
-    ``ingest_systems`` limits the ``ingest`` pipeline to those systems (all by default).
-    The budget is shared out as it goes: each session may use what is left divided by the
-    sessions still to run, so what an early-stopping system leaves goes to the ones after it.
-    Blocks for the whole run; ``on_step`` is called on this thread after every step.
-    """
-    result = LadderResult(rates=list(rates))
-    sessions = [
-        (name, p)
-        for p in pipelines
-        for name in systems
-        if p != "ingest" or ingest_systems is None or name in ingest_systems
-    ]
-    t0 = time.monotonic()
-    for i, (name, pipeline) in enumerate(sessions):
-        share = None
-        if budget_s is not None:
-            share = (budget_s - (time.monotonic() - t0)) / (len(sessions) - i)
-            if share < SESSION_OVERHEAD_S + step_s:
-                result.skipped += [(name, pipeline, r) for r in rates]
-                continue
-        session = systems[name](
-            rates,
-            step_s,
-            batch_interval_s,
-            master,
-            ingest_only=pipeline == "ingest",
-            budget_s=share,
-            on_step=on_step,
-        )
-        result.steps += session.steps
-        result.skipped += [(name, pipeline, r) for r in session.cut_rates]
-    result.elapsed_s = time.monotonic() - t0
-    return result
-
-
 # -- reporting --------------------------------------------------------------------------------
 
 
@@ -432,17 +413,20 @@ def _rate(rate: int | None) -> str:
 def render_steps_table(steps: Sequence[StepResult]) -> str:
     """Every step as a Markdown table."""
     rows = [
-        "| system | pipeline | offered lines/s | sent lines/s | processed lines/s "
-        "| batch p50 / p95 ms "
-        "| sched delay p50 / max ms | latency p50 / p99 / max ms | load 1m | sustained |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| system | pipeline | phase | offered lines/s | sent lines/s | processed lines/s "
+        "| batch p50 / p95 ms | sched delay p50 / max ms | delay growth ms/s "
+        "| latency p50 / p99 / max ms | load 1m | sustained |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in steps:
         verdict = "yes" if s.sustained else f"no: {s.reason}"
+        growth = s.extra.get("delay_growth_ms_per_s")
         rows.append(
-            f"| {s.system} | {s.pipeline} | {_rate(s.offered_rate)} | {_num(s.sent_rate)} "
+            f"| {s.system} | {s.pipeline} | {s.extra.get('phase', '-')} "
+            f"| {_rate(s.offered_rate)} | {_num(s.sent_rate)} "
             f"| {_num(s.processed_rate)} | {_num(s.batch_p50_ms)} / {_num(s.batch_p95_ms)} "
             f"| {_num(s.sched_delay_p50_ms)} / {_num(s.sched_delay_max_ms)} "
+            f"| {_num(growth if isinstance(growth, int | float) else None)} "
             f"| {_num(s.latency_p50_ms)} / {_num(s.latency_p99_ms)} / {_num(s.latency_max_ms)} "
             f"| {_load(s)} | {verdict} |"
         )
@@ -453,113 +437,6 @@ def _load(step: StepResult) -> str:
     """The 1-minute load average around a step (the higher of start and end), if recorded."""
     load = step.extra.get("load_1m")
     return f"{load:.1f}" if isinstance(load, int | float) else "-"
-
-
-@dataclass(frozen=True)
-class Headline:
-    """A (system, pipeline)'s highest sustained offered rate; ``at_least`` if not capped."""
-
-    system: str
-    pipeline: str
-    rate: int | None
-    at_least: bool
-
-    def label(self) -> str:
-        if self.rate is None:
-            return "none sustained"
-        return f"{'≥ ' if self.at_least else ''}{self.rate:,}"
-
-
-def headlines(result: LadderResult) -> list[Headline]:
-    """Highest sustained offered rate per (system, pipeline), in first-run order."""
-    out: dict[tuple[str, str], Headline] = {}
-    for s in result.steps:
-        key = (s.system, s.pipeline)
-        h = out.get(key, Headline(s.system, s.pipeline, None, False))
-        if (
-            s.sustained
-            and s.offered_rate is not None
-            and (h.rate is None or s.offered_rate > h.rate)
-        ):
-            h = Headline(s.system, s.pipeline, s.offered_rate, True)
-        elif not s.sustained:
-            h = Headline(s.system, s.pipeline, h.rate, False)
-        out[key] = h
-    return list(out.values())
-
-
-def render_ratios(heads: Sequence[Headline]) -> str:
-    """Row system ÷ column system, per pipeline, on the highest sustained offered rate."""
-    parts = []
-    for pipeline in dict.fromkeys(h.pipeline for h in heads):
-        group = [h for h in heads if h.pipeline == pipeline]
-        if len(group) < 2:
-            continue
-        rows = [
-            f"{pipeline}: row ÷ column | " + " | ".join(h.system for h in group) + " |",
-            "|---|" + "---:|" * len(group),
-        ]
-        for a in group:
-            cells = []
-            for b in group:
-                if a is b:
-                    cells.append("1")
-                elif a.rate is None or b.rate is None or (a.at_least and b.at_least):
-                    cells.append("n/a")
-                else:
-                    # A "≥" numerator makes the ratio a lower bound, a "≥" denominator an upper.
-                    bound = "≥ " if a.at_least else "≤ " if b.at_least else ""
-                    cells.append(f"{bound}{a.rate / b.rate:.2f}x")
-            rows.append(f"| {a.system} | " + " | ".join(cells) + " |")
-        parts.append("| " + "\n".join(rows))
-    return "\n\n".join(parts)
-
-
-def render_throughput_section(
-    result: LadderResult,
-    *,
-    machine: Machine,
-    command: str,
-    when: dt.datetime,
-    notes: str,
-) -> str:
-    """The ``throughput`` section of BENCHMARKS.md (without its markers)."""
-    heads = headlines(result)
-    head_rows = ["| system | pipeline | highest sustained offered lines/s |", "|---|---|---:|"]
-    head_rows += [f"| {h.system} | {h.pipeline} | {h.label()} |" for h in heads]
-    skipped = ""
-    if result.skipped:
-        items = ", ".join(f"{s}/{p}@{r:,}" for s, p, r in result.skipped)
-        skipped = f"\nCut by the time budget (not run): {items}.\n"
-    return "\n".join(
-        [
-            "## Throughput: word count over a TCP line server",
-            "",
-            f"Run {when:%Y-%m-%d %H:%M %Z} in {result.elapsed_s / 60:.1f} min with:",
-            "",
-            f"    {command}",
-            "",
-            machine.to_markdown(),
-            "",
-            notes.strip(),
-            "",
-            "### Highest sustained offered rate",
-            "",
-            "\n".join(head_rows),
-            "",
-            "“≥” means the system was still sustaining at its last step (top of the ladder, "
-            "or cut by the budget), so its rate, and any ratio with it, is a lower bound.",
-            "",
-            "### Ratios",
-            "",
-            render_ratios(heads) or "(one system only)",
-            "",
-            "### Every step",
-            "",
-            render_steps_table(result.steps),
-            skipped,
-        ]
-    )
 
 
 _MARKER = re.compile(r"<!-- bench:(?P<name>[\w.-]+) -->\n?.*?<!-- /bench:(?P=name) -->\n?", re.S)

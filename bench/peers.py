@@ -8,7 +8,9 @@
 Both compute the same word count per batch: split each line on spaces, drop the sequence
 number, count per word, collect the counts to the driver. The sequence number token is
 replaced by the word ``#lines``, so its count is the batch's line count, computed in the same
-job as the word count and at no extra per-line cost. ``ingest_only`` counts lines instead.
+job as the word count and at no extra per-line cost. ``ingest`` counts lines instead;
+``two_action`` runs ``count()`` and then the word count on each batch (DStream: two output
+operations, so the batch's RDD is read twice, as in DStream's word-count examples).
 
 Runners (parent side) have the :class:`bench.harness.Runner` signature; the children are
 ``python -m bench.peers <system> --port P --seconds S ...`` (see ``bench/child.py``).
@@ -119,7 +121,7 @@ def _dstream(args: ChildArgs, recorder: BatchRecorder) -> Stop:
         return rdd.flatMap(words).map(lambda w: (w, 1)).reduceByKey(lambda a, b: a + b)
 
     warm = sc.parallelize(warmup_lines(), sc.defaultParallelism)
-    for _ in range(2):
+    for _ in range(0 if args.cold else 2):
         warm.count() if args.ingest_only else word_count(warm).collect()
 
     if args.ingest_only:
@@ -136,6 +138,10 @@ def _dstream(args: ChildArgs, recorder: BatchRecorder) -> Stop:
             result = dict(rdd.collect())
             record(t, result.get(mark, 0), started)
 
+        if args.two_actions:
+            # Two output operations, as DStream's examples do: the batch's RDD is read from
+            # the BlockManager twice.
+            lines.foreachRDD(lambda rdd: rdd.count())
         lines.transform(word_count).foreachRDD(collect_counts)
 
     ssc.start()
@@ -174,13 +180,16 @@ def _structured_socket(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     def lines_in(df: Any) -> int:
         if args.ingest_only:
             return int(df.count())
+        if args.two_actions:
+            df.count()  # the first of two actions on the same batch
         words = F.concat(F.array(F.lit(mark)), F.slice(F.split("value", " "), 2, 1000))
         rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
         return next((int(r["count"]) for r in rows if r["word"] == mark), 0)
 
-    warm = spark.createDataFrame([(line,) for line in warmup_lines()], "value string")
-    for _ in range(2):
-        lines_in(warm)
+    if not args.cold:
+        warm = spark.createDataFrame([(line,) for line in warmup_lines()], "value string")
+        for _ in range(2):
+            lines_in(warm)
 
     def on_batch(df: Any, batch_id: int) -> None:
         # Runs on the stream's execution thread (via py4j); blocking here is the batch.

@@ -8,10 +8,12 @@
   how many blocks carried a WAL handle and how many bytes landed under the checkpoint
   directory (``extra["wal"]``); :func:`wal_status` turns that into a verdict that
   ``bench/run.py`` prints in BENCHMARKS.md.
+- ``spark_receivers_nocache``: WAL off, ``batch_cache=False`` (not in the default run).
 
 The word count is the peers' (see ``bench/peers.py``): split on spaces, replace the sequence
 number by ``#lines``, count per word, collect; the count of ``#lines`` is the batch's line
-count. ``ingest_only`` counts the lines. Per-batch timings come from a
+count. ``ingest`` counts the lines; ``two_action`` runs ``count()`` and then the word count
+on each batch. Per-batch timings come from a
 :class:`~spark_receivers.StreamingListener` (``BatchInfo``: scheduling and processing delay,
 processing end); the ``foreach_batch`` callback records the line count (and fallback timings).
 
@@ -45,7 +47,13 @@ from bench.child import (
 from bench.harness import Runner, StepResult
 from bench.step import run_child_session
 
-__all__ = ["WAL_SYSTEMS", "run_spark_receivers", "run_spark_receivers_wal", "wal_status"]
+__all__ = [
+    "WAL_SYSTEMS",
+    "run_spark_receivers",
+    "run_spark_receivers_nocache",
+    "run_spark_receivers_wal",
+    "wal_status",
+]
 
 GATE_TIMEOUT_S = 90.0  # the receiver's own bound on waiting for the gate
 REGISTER_TIMEOUT_S = 60.0  # the gate opens at most this long after start if not registered
@@ -68,6 +76,13 @@ run_spark_receivers_wal: Runner = partial(
     run_child_session, "spark_receivers_wal", "bench.receivers"
 )
 """spark-receivers word count (or line count), receiver + driver WAL on, one session."""
+
+
+run_spark_receivers_nocache: Runner = partial(
+    run_child_session, "spark_receivers_nocache", "bench.receivers"
+)
+"""spark-receivers with ``batch_cache=False`` (every action reads the blocks again): what the
+batch cache costs a one-action pipeline and saves a two-action one. Not in the default run."""
 
 
 def wal_status(steps: Sequence[StepResult]) -> str:
@@ -120,7 +135,9 @@ def _dir_bytes(path: str | None) -> int:
     return total
 
 
-def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> Stop:
+def _spark_receivers(
+    args: ChildArgs, recorder: BatchRecorder, *, wal: bool, batch_cache: bool = True
+) -> Stop:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -143,6 +160,8 @@ def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> 
     def lines_in(df: Any) -> int:
         if args.ingest_only:
             return int(df.count())
+        if args.two_actions:
+            df.count()  # the first of two actions on the same batch
         words = F.concat(F.array(F.lit(mark)), F.slice(F.split("value", " "), 2, 1000))
         rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
         return next((int(r["count"]) for r in rows if r["word"] == mark), 0)
@@ -150,12 +169,16 @@ def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> 
     # The peers warm their batch pipeline; ours reads blocks through the Python data source
     # from a Flight block server, so warm exactly that (the first read of a cold worker costs
     # ~10 s on this machine, which would otherwise land in the measured window).
-    _warm_block_source(spark, lines_in)
+    if not args.cold:
+        _warm_block_source(spark, lines_in)
 
     checkpoint = tempfile.mkdtemp(prefix="bench-receivers-") if wal else None
     # Bounded stop: the harness drains before stopping, so nothing is left to serve.
     config = StreamingConfig(
-        receiver_wal_enabled=wal, receiver_drain_timeout_s=5.0, receiver_stop_timeout_s=5.0
+        batch_cache=batch_cache,
+        receiver_wal_enabled=wal,
+        receiver_drain_timeout_s=5.0,
+        receiver_stop_timeout_s=5.0,
     )
     ssc = StreamingContext(
         spark, batch_interval_ms=args.batch_interval_ms, checkpoint_dir=checkpoint, config=config
@@ -207,11 +230,21 @@ def _spark_receivers(args: ChildArgs, recorder: BatchRecorder, *, wal: bool) -> 
                 wal_blocks["blocks_with_wal_handle"] += with_handle
 
     gate = os.path.join(tempfile.mkdtemp(prefix="bench-gate-"), "open")
-    receiver = _gated_receiver_class(SocketTextReceiver)(args.host, args.port, gate=gate)
+    if args.cold:  # as users start a stream: the receiver connects as soon as it runs
+        receiver = SocketTextReceiver(args.host, args.port)
+    else:
+        receiver = _gated_receiver_class(SocketTextReceiver)(args.host, args.port, gate=gate)
     ssc.receiver_stream(receiver).foreach_batch(on_batch, "word_count")
     started = time.monotonic()
     ssc.start()
-    startup = _open_gate_when_idle(ssc, recorder, gate, started, args.batch_interval_s)
+    extra_start = {"start_returned_after_s": round(time.monotonic() - started, 2)}
+    if args.cold:
+        startup = extra_start
+    else:
+        startup = {
+            **extra_start,
+            **_open_gate_when_idle(ssc, recorder, gate, started, args.batch_interval_s),
+        }
 
     def stop() -> dict[str, Any]:
         # Listener events trail the output callback; give the last ones a moment.
@@ -344,7 +377,15 @@ def _wal_on(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     return _spark_receivers(args, recorder, wal=True)
 
 
-PIPELINES: dict[str, Pipeline] = {"spark_receivers": _wal_off, "spark_receivers_wal": _wal_on}
+def _no_cache(args: ChildArgs, recorder: BatchRecorder) -> Stop:
+    return _spark_receivers(args, recorder, wal=False, batch_cache=False)
+
+
+PIPELINES: dict[str, Pipeline] = {
+    "spark_receivers": _wal_off,
+    "spark_receivers_wal": _wal_on,
+    "spark_receivers_nocache": _no_cache,
+}
 
 if __name__ == "__main__":
     sys.exit(child_main(PIPELINES))

@@ -1,25 +1,31 @@
-"""Throughput rate ladder: every system, same machine, same run, same load (issue 11).
+"""Every benchmark of ``make bench``, then the rate ladder: same machine, same run (issues 11, 20).
 
-    python -m bench.run --quick                       # smoke: every section
-    python -m bench.run                               # every section, ~30 min
-    python -m bench.run --sections throughput         # the ladder alone, <= 15 min
-    python -m bench.run --sections throughput --systems dstream --pipelines wordcount,ingest
+    python -m bench.run --quick                       # smoke: every section, ~25 min
+    python -m bench.run                               # every section, 60-75 min
+    python -m bench.run --sections throughput         # the ladder alone, <= 40 min
+    python -m bench.run --sections throughput --systems dstream --pipelines two_action
 
 Sections (``--sections``, all by default, run in this order): ``store`` (issue 3,
-``bench/store_bench.py``), ``tracker`` (issue 5, ``bench/tracker_bench.py``), ``wal``
-(issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6, ``bench/latency_bench.py``),
-``backpressure`` (issue 7, ``bench/backpressure.py``), ``replication`` (issue 18,
-``bench/replication_bench.py``),
-then ``throughput`` (issue 11, the rate ladder below). The sections before the ladder are
-bounded by their own lengths; the ladder has its own budget, ``--budget-minutes`` (15 by
-default), shared out among its sessions (see :func:`bench.harness.run_ladder`).
+``bench/store_bench.py``), ``tracker`` (issues 5 and 20, ``bench/tracker_bench.py``: blocks
+through the real endpoint), ``wal`` (issue 4, ``bench/wal_bench.py``), ``latency`` (issue 6,
+``bench/latency_bench.py``), ``backpressure`` (issue 7, ``bench/backpressure.py``),
+``replication`` (issue 18, ``bench/replication_bench.py``: two copies against one),
+``observability`` (issue 21, ``bench/observability.py``: metrics + status page on vs off),
+``cold_start`` (issue 20, ``bench/cold_start.py``: scheduling delay over time from a cold
+start, with a plot), ``repeated_actions`` (issue 20, ``bench/repeated_actions.py``: first vs
+second action, the empty batch), then ``throughput`` (issues 11 and 20, the rate ladder of
+``bench/ladder.py``). The sections before the ladder are bounded by their own lengths; the
+ladder has its own budget, ``--budget-minutes`` (40 by default), shared out among its
+sessions.
 
-The ladder runs one session per system and pipeline: one JVM that is offered the rates one
-after the other (``--seconds`` each) and judged step by step while it runs, until its first
-unsustained step. The ``ingest`` pipeline (a line count, which separates a system's receive
-path from Spark's processing) runs for ``--ingest-systems`` only.
-Each writes its own section of ``BENCHMARKS.md`` (other sections are kept) and prints its
-tables; raw results go to ``bench/out/``.
+The ladder gives every system the same geometric rungs (1.25x apart): per system and
+pipeline a coarse session climbs every 4th rung, then a fine session climbs every rung from
+the last coarse rung that held, each until its first unsustained step; capacities and their
+ratios are printed as bounds. Pipelines: ``wordcount`` (one action), ``two_action``
+(``count()`` and the word count on each batch), ``ingest`` (a line count, for
+``--ingest-systems`` only). Each section is written to ``BENCHMARKS.md`` between its markers
+(other sections are kept) with only what that run measured; raw results go to
+``bench/out/``.
 
 Adding a system
 ---------------
@@ -27,11 +33,11 @@ Register a function with the :class:`bench.harness.Runner` signature in :data:`S
 
     def run_spark_receivers(rates: Sequence[int], step_s: float,
                             batch_interval_s: float = 1.0, master: str = "local[4]", *,
-                            ingest_only: bool = False, budget_s: float | None = None,
+                            pipeline: str = "wordcount", budget_s: float | None = None,
                             on_step=None) -> SessionResult: ...
 
 It must start its own load (a stepped :class:`bench.loadgen.LineServer`) and Spark, run the
-word count (``ingest_only``: a line count) over the rates, and judge each step with
+pipeline over the rates, and judge each step with
 :func:`bench.harness.summarize_step`. The easy way is the subprocess protocol the peers use:
 write a child pipeline ``pipeline(args: ChildArgs, recorder: BatchRecorder) -> stop`` (see
 ``bench/child.py`` and ``bench/peers.py``) that reports every batch's timings, scheduling
@@ -55,7 +61,10 @@ from pathlib import Path
 
 from bench import (
     backpressure,
+    cold_start,
     latency_bench,
+    observability,
+    repeated_actions,
     replication_bench,
     store_bench,
     tracker_bench,
@@ -66,15 +75,28 @@ from bench.harness import (
     Machine,
     Runner,
     StepResult,
-    headlines,
-    render_ratios,
     render_steps_table,
-    render_throughput_section,
-    run_ladder,
     write_benchmarks_md,
 )
+from bench.ladder import (
+    PIPELINES,
+    Target,
+    capacities,
+    judge_targets,
+    render_capacities,
+    render_ratios,
+    render_readme_paragraph,
+    render_throughput_section,
+    run_ladder,
+    rung_grid,
+)
 from bench.peers import run_dstream, run_structured_socket
-from bench.receivers import run_spark_receivers, run_spark_receivers_wal, wal_status
+from bench.receivers import (
+    run_spark_receivers,
+    run_spark_receivers_nocache,
+    run_spark_receivers_wal,
+    wal_status,
+)
 from bench.step import REPO_ROOT
 
 SYSTEMS: dict[str, Runner] = {
@@ -82,10 +104,24 @@ SYSTEMS: dict[str, Runner] = {
     "structured_socket": run_structured_socket,
     "spark_receivers": run_spark_receivers,  # receiver WAL off
     "spark_receivers_wal": run_spark_receivers_wal,  # receiver and driver WAL on
+    "spark_receivers_nocache": run_spark_receivers_nocache,  # batch_cache=False
 }
 """Every system the ladder can run, by name."""
+DEFAULT_SYSTEMS = ("dstream", "structured_socket", "spark_receivers", "spark_receivers_wal")
+"""What ``make bench`` runs (``--systems spark_receivers_nocache`` adds the cache-off one)."""
 
-SECTIONS = ("store", "tracker", "wal", "latency", "backpressure", "replication", "throughput")
+SECTIONS = (
+    "store",
+    "tracker",
+    "wal",
+    "latency",
+    "backpressure",
+    "replication",
+    "observability",
+    "cold_start",
+    "repeated_actions",
+    "throughput",
+)
 BEFORE_LADDER = {
     "store": store_bench,
     "tracker": tracker_bench,
@@ -93,40 +129,59 @@ BEFORE_LADDER = {
     "latency": latency_bench,
     "backpressure": backpressure,
     "replication": replication_bench,
+    "cold_start": cold_start,
+    "repeated_actions": repeated_actions,
+    "observability": observability,  # issue 21: metrics + status page on vs off
 }
-FULL_RATES = [
-    10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 500_000, 600_000, 800_000,
-    1_000_000, 1_500_000, 2_000_000, 3_000_000,
-]  # fmt: skip
-"""Up to 3 M lines/s (300 MB/s on loopback): the line count of spark-receivers sustains 2 M."""
-FULL_STEP_S = 15.0
-FULL_BUDGET_S = 15 * 60.0
-QUICK_RATES = [10_000, 50_000]
-QUICK_STEP_S = 10.0
-QUICK_BUDGET_S = 6 * 60.0  # 6 sessions of 2 steps: each needs SESSION_OVERHEAD_S + a step
+FULL_GRID = rung_grid(10_000, 4_000_000)
+"""10,000 to 4 M lines/s (400 MB/s on loopback), 1.25x apart: the line count of
+spark-receivers sustains 2-3 M."""
+FULL_STEP_S = 15.0  # fine sessions: the judge's last third is 5 batches
+COARSE_STEP_S = 10.0  # coarse sessions only find where the fine one starts
+FULL_BUDGET_S = 40 * 60.0
+QUICK_GRID = rung_grid(10_000, 20_000)
+QUICK_STEP_S = 8.0
+QUICK_BUDGET_S = 12 * 60.0  # 10 coarse sessions of 2 steps, no fine ones
 INGEST_SYSTEMS = ("dstream", "spark_receivers")
 """By default the line count runs for these: PySpark's JVM receiver path against ours."""
+TARGETS = (
+    Target("two_action", "spark_receivers", "dstream", 3.0),
+    Target("wordcount", "spark_receivers", "dstream", 5.0),
+    Target("two_action", "spark_receivers_wal", "spark_receivers", 0.9),
+    Target("wordcount", "spark_receivers_wal", "spark_receivers", 0.9),
+)
+"""Issue 20's capacity targets; each is met only when its whole ratio bound clears it."""
 
 NOTES = """\
 Workload: a TCP line server (`bench/loadgen.py`) offers 100-byte lines (a 10-digit sequence
 number, then words from a seeded 1,000-word vocabulary) at a fixed rate, paced every 10 ms,
-open loop; its clock starts when the system's receiver connects. Each system splits lines
-into words, counts per word per 1 s batch and collects the counts to the driver (`ingest`:
-counts lines only). Each system and pipeline runs as one session: a fresh subprocess and JVM
-(`local[4]`, 4 shuffle partitions, UI off, 2 GB driver) that runs a warm-up job on sample
-lines, then is offered the ladder's rates one after the other on the same connection.
+open loop; its clock starts when the system's receiver connects. Pipelines, the same for
+every system: `wordcount` splits lines into words, counts per word per 1 s batch and
+collects the counts to the driver (one action); `two_action` runs `count()` and then that
+word count on each batch (DStream: two output operations), as users write it; `ingest`
+counts lines. Each session is a fresh subprocess and JVM (`local[4]`, 4 shuffle
+partitions, UI off, 2 GB driver) that runs a warm-up job on sample lines, then is offered
+rates one after the other on the same connection.
 
-A step is **sustained** when: processed ≥ 95 % of sent; sent ≥ 95 % of offered (otherwise
-the receiver pushed back over TCP); and in the steady-state window (the second half of the
-step) every batch's scheduling delay stays under one batch interval. A step is judged 3 s
-after it ends (while the next one runs), from the batches completed by then; a session
-stops after its first unsustained step. Structured Streaming
-has no scheduling queue: its delay is how far past its trigger time a batch started because
-the previous batch overran (what Spark logs as "Current batch is falling behind").
-Latency: per line, batch completion minus the line's send time (100 evenly spaced lines
-of every batch in the steady-state window).
-Sessions run one after the other, so a change in the machine's background load hits them
-unequally: read each step with its `load 1m` column."""
+Rungs: one geometric grid for every system, each rung at most 1.25x the one below. Per
+system and pipeline a **coarse** session climbs every 4th rung (10 s steps) until its first
+unsustained step; a **fine** session (a fresh JVM) then climbs every rung (15 s steps) from
+the last coarse rung that held (its first step, where the fresh JVM warms up, judged again),
+until its first unsustained step. A capacity is
+reported as the bound `[highest rung held, lowest rung failed)`, and a ratio of two
+capacities as `[lo_a / hi_b, hi_a / lo_b]`.
+
+A step is **sustained** only when all hold: processed ≥ 95 % of sent; sent ≥ 95 % of offered
+(otherwise the receiver pushed back over TCP); the p50 processing time of the batches in the
+second half of the step is below the batch interval; and in the last third of the step every
+scheduling delay is below one interval and the delay is not growing (least-squares slope at
+most 20 ms per s). A step is judged 3 s after it ends, from the batches completed by then; a
+session stops after its first unsustained step. Structured Streaming has no scheduling
+queue: its delay is how far past its trigger time a batch started because the previous batch
+overran. Latency: per line, batch completion minus the line's send time (100 evenly spaced
+lines of every batch in the second half). Sessions run one after the other, so a change in
+the machine's background load hits them unequally: read each step with its `load 1m`
+column."""
 
 
 def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> list[str]:
@@ -135,7 +190,7 @@ def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> l
         argv = ["--seconds", "1" if quick else "5", "--pipeline-seconds", "10" if quick else "30"]
     elif section == "tracker":
         argv = ["--supervisors", "1000", "--rates", "5", "--seconds", "5" if quick else "20"]
-    elif section in ("wal", "latency", "backpressure", "replication"):
+    elif section in BEFORE_LADDER:
         argv = ["--quick"] if quick else []
     else:
         raise ValueError(f"section must be one of {sorted(BEFORE_LADDER)}, got {section!r}")
@@ -143,9 +198,7 @@ def section_argv(section: str, *, quick: bool, output: str, no_write: bool) -> l
     return [*argv, "--no-write"] if no_write else argv
 
 
-def throughput_notes(
-    steps: list[StepResult], end_load: Sequence[float] | None = None
-) -> str:
+def throughput_notes(steps: list[StepResult], end_load: Sequence[float] | None = None) -> str:
     """NOTES plus what this run found out about itself: WAL in effect, machine load.
 
     ``end_load``: the load averages when the run ended (left out when unknown).
@@ -166,9 +219,6 @@ def throughput_notes(
             )
             + ")."
         )
-    analysis = REPO_ROOT / "bench" / "notes" / "throughput.md"  # hand-written, kept across runs
-    if analysis.exists():
-        parts.append(analysis.read_text().strip())
     return "\n\n".join(parts)
 
 
@@ -179,42 +229,49 @@ def _print_step(step: StepResult) -> None:
 def run(
     systems: dict[str, Runner],
     *,
-    rates: list[int],
+    grid: list[int],
     seconds: float,
     pipelines: list[str],
     budget_s: float,
     ingest_systems: list[str] | None = None,
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
+    coarse_step_s: float | None = None,
+    fine: bool = True,
     on_step: Callable[[StepResult], None] = _print_step,
 ) -> LadderResult:
     print(render_steps_table([]), flush=True)
     return run_ladder(
         systems,
-        rates,
+        grid,
         seconds,
         pipelines=pipelines,
         ingest_systems=ingest_systems,
         batch_interval_s=batch_interval_s,
         master=master,
         budget_s=budget_s,
+        coarse_step_s=coarse_step_s,
+        fine=fine,
         on_step=on_step,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: 2 rates, 10 s steps")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: 2 rungs, 8 s steps, coarse only"
+    )
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"from {','.join(SECTIONS)}")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"from {sorted(SYSTEMS)}")
-    p.add_argument("--pipelines", default="wordcount,ingest", help="wordcount,ingest")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
+    p.add_argument("--pipelines", default=",".join(PIPELINES), help=",".join(PIPELINES))
     p.add_argument(
         "--ingest-systems",
         default=",".join(INGEST_SYSTEMS),
         help="systems that also run the ingest pipeline ('all' for every one)",
     )
-    p.add_argument("--rates", help="comma-separated lines/s (overrides the ladder)")
-    p.add_argument("--seconds", type=float, help="seconds per step")
+    p.add_argument("--lowest", type=int, help="the lowest rung (lines/s)")
+    p.add_argument("--highest", type=int, help="the grid ends at the first rung at or above it")
+    p.add_argument("--seconds", type=float, help="seconds per step of the fine sessions")
     p.add_argument("--budget-minutes", type=float, help="the ladder's time budget")
     p.add_argument("--master", default="local[4]")
     p.add_argument("--batch-interval", type=float, default=1.0)
@@ -223,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--from-raw",
         metavar="JSON",
-        help="run nothing: rewrite the throughput section from a run's raw file in bench/out "
-        "(after editing bench/notes/throughput.md)",
+        help="run nothing: rewrite the throughput section from a run's raw file in bench/out",
     )
     args = p.parse_args(argv)
     if args.from_raw:
@@ -243,13 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ingest_systems is not None and not set(ingest_systems) <= set(SYSTEMS):
         p.error(f"--ingest-systems must be from {sorted(SYSTEMS)} or 'all'")
-    if not set(pipelines) <= {"wordcount", "ingest"}:
-        p.error(f"--pipelines must be from wordcount,ingest; got {args.pipelines}")
-    rates = (
-        [int(r) for r in args.rates.split(",")]
-        if args.rates
-        else (QUICK_RATES if args.quick else FULL_RATES)
-    )
+    if not set(pipelines) <= set(PIPELINES):
+        p.error(f"--pipelines must be from {','.join(PIPELINES)}; got {args.pipelines}")
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    if args.lowest or args.highest:
+        grid = rung_grid(args.lowest or grid[0], args.highest or grid[-1])
     seconds = args.seconds or (QUICK_STEP_S if args.quick else FULL_STEP_S)
     budget_s = (
         args.budget_minutes * 60
@@ -274,19 +328,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## throughput\n\n# {command}\n{machine.to_markdown()}\n", flush=True)
     result = run(
         {n: SYSTEMS[n] for n in names},
-        rates=rates,
+        grid=grid,
         seconds=seconds,
         pipelines=pipelines,
         budget_s=budget_s,
         ingest_systems=ingest_systems,
         batch_interval_s=args.batch_interval,
         master=args.master,
+        coarse_step_s=None if args.quick else COARSE_STEP_S,
+        fine=not args.quick,
     )
-    heads = headlines(result)
-    print("\nHighest sustained offered rate (lines/s):")
-    for h in heads:
-        print(f"  {h.system:24} {h.pipeline:10} {h.label()}")
-    print("\n" + (render_ratios(heads) or "(one system only: no ratios)"), flush=True)
+    caps = capacities(result.steps)
+    print("\nCapacity (offered lines/s):\n" + render_capacities(caps))
+    print("\n" + judge_targets(caps, TARGETS))
+    print("\n" + (render_ratios(caps) or "(one system only: no ratios)"), flush=True)
     if result.skipped:
         minutes = budget_s / 60
         print(f"\nCut by the time budget ({minutes:.1f} min for this section): {result.skipped}")
@@ -300,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = [s.to_dict() for s in result.steps]
     report = {"command": command, "machine": asdict(machine), "steps": steps}
     end_load = os.getloadavg()
-    report |= {"when": when.isoformat(), "rates": rates, "elapsed_s": result.elapsed_s}
+    report |= {"when": when.isoformat(), "rates": grid, "elapsed_s": result.elapsed_s}
     report |= {"end_load": end_load}
     raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
     if not args.no_write:
@@ -310,9 +365,14 @@ def main(argv: list[str] | None = None) -> int:
             command=command,
             when=when,
             notes=throughput_notes(result.steps, end_load),
+            targets=TARGETS,
         )
         write_benchmarks_md(args.output, {"throughput": section})
         print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")
+        if Path(args.output).resolve() == (REPO_ROOT / "BENCHMARKS.md").resolve():
+            paragraph = render_readme_paragraph(caps, TARGETS, machine=machine, when=when)
+            write_benchmarks_md(REPO_ROOT / "README.md", {"performance": paragraph})
+            print("wrote the performance paragraph of README.md from this run")
     return 0
 
 
@@ -336,6 +396,7 @@ def rewrite_from_raw(raw: Path, output: str) -> int:
         command=data["command"],
         when=dt.datetime.fromisoformat(data["when"]),
         notes=throughput_notes(result.steps, data.get("end_load")),
+        targets=TARGETS,
     )
     write_benchmarks_md(output, {"throughput": section})
     print(f"wrote section 'throughput' of {output} from {raw}")

@@ -89,7 +89,7 @@ def run_child_session(
     batch_interval_s: float = 1.0,
     master: str = "local[4]",
     *,
-    ingest_only: bool = False,
+    pipeline: str = "wordcount",
     budget_s: float | None = None,
     on_step: Callable[[StepResult], None] | None = None,
     startup_timeout_s: float = 180.0,
@@ -109,9 +109,9 @@ def run_child_session(
     """
     if not rates:
         raise ValueError("a session needs at least one rate")
-    pipeline = "ingest" if ingest_only else "wordcount"
+    log_name = f"{system}-{pipeline}-{rates[0]}"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / f"{system}-{pipeline}.log"
+    log_path = LOG_DIR / f"{log_name}.log"  # a coarse and a fine session per pair
     raw_path = log_path.with_suffix(".json")
     drain_s = drain_batches * batch_interval_s
     grace_s = 2 * batch_interval_s + 1.0
@@ -129,7 +129,7 @@ def run_child_session(
             "--master", master,
             "--drain", str(drain_s),
             "--json",
-            *(["--ingest-only"] if ingest_only else []),
+            "--pipeline", pipeline,
             *extra_args,
         ]  # fmt: skip
         with log_path.open("w") as log_file:

@@ -7,9 +7,10 @@ What runs: a real :class:`~spark_receivers.receiver.supervisor.ReceiverSuperviso
 BlockGenerator, RateLimiter, BlockStore, Flight block server and tracker client) in this
 process, and a minimal driver in **another process** (:func:`_driver_main`): a
 :class:`~spark_receivers.rpc.transport.FlightEndpoint` that accepts ``RegisterReceiver`` and
-``AddBlock`` (replying True) and, like the driver after a batch, sends ``RemoveBlocks`` back
-to the supervisor every 200 ms so the store does not grow. Records are 100-byte ``str``;
-block interval 200 ms; no rate limit. One thread calls ``Receiver.store`` in a loop:
+``AddBlocks`` (replying True per block) and, like the driver after a batch, sends
+``RemoveBlocks`` back to the supervisor every 200 ms so the store does not grow. Records are
+100-byte ``str``; block interval 200 ms; no rate limit. One thread calls ``Receiver.store``
+in a loop:
 
 - ``one``: ``store(record)`` per record;
 - ``list``: ``store(list_of_1000)``;
@@ -42,13 +43,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from bench.harness import Machine, write_benchmarks_md
 from bench.step import REPO_ROOT
-
-NOTES_DIR = REPO_ROOT / "bench" / "notes"  # hand-written analysis, kept across runs
 
 __all__ = ["FormResult", "StoreDriver", "floor_rate", "render_store_section", "run_form"]
 
@@ -111,12 +109,13 @@ def _driver_main(secret: str, conn: Connection) -> None:
                 with lock:
                     state["endpoint"] = endpoint
                 return True
-            case m.AddBlock(block_info=info):
+            case m.AddBlocks(block_infos=infos):
                 with lock:
-                    state["blocks"] += 1
-                    state["records"] += info.num_records
-                    state["pending"].append(info.block_id)
-                return True
+                    for info in infos:
+                        state["blocks"] += 1
+                        state["records"] += info.num_records
+                        state["pending"].append(info.block_id)
+                return [True] * len(infos)
             case m.DeregisterReceiver():
                 return True
         return None
@@ -386,7 +385,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per form")
     p.add_argument("--forms", default=",".join(FORMS))
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--notes-file", help="Markdown appended (default bench/notes/store.md)")
     p.add_argument("--no-write", action="store_true")
     p.add_argument(
         "--pipeline-seconds",
@@ -436,10 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     if not args.no_write:
-        notes_file = Path(args.notes_file) if args.notes_file else NOTES_DIR / "store.md"
-        notes = notes_file.read_text() if notes_file.exists() else ""
         section = render_store_section(
-            results, machine=machine, command=command, when=when, notes=notes, pipeline=pipeline
+            results, machine=machine, command=command, when=when, pipeline=pipeline
         )
         write_benchmarks_md(args.output, {"store": section})
         print(f"wrote section 'store' of {args.output}; raw in {out}")

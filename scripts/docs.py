@@ -69,6 +69,9 @@ UNITS = {
     "rpc_tls_ca_file": "path (PEM)",
     "rpc_tls_server_name": "name",
     "ship_package": "auto/check/off",
+    "ui_host": "host",
+    "ui_port": "port",
+    "ui_retained_batches": "batches",
 }
 
 

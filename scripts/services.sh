@@ -6,12 +6,13 @@
 #   scripts/services.sh start  redis|mosquitto [PORT]   # prints the port; PORT 0/absent: a free one
 #   scripts/services.sh stop   redis|mosquitto|all
 #   scripts/services.sh status redis|mosquitto|all      # prints "NAME running PORT" or "NAME stopped"
-#   scripts/services.sh install redis|mosquitto|all     # only installs (apt-get), starts nothing
+#   scripts/services.sh install redis|mosquitto|chromium|all  # only installs (apt-get)
 #
 # State lives in $SPARK_RECEIVERS_SERVICES_DIR (default /tmp/spark-receivers-services-$UID),
 # one folder per server. A missing binary is installed with apt-get (after one
 # `apt-get update`); an installed one is used as it is. `start` on a running server
-# prints its port and does nothing else.
+# prints its port and does nothing else. chromium (with chromium-driver: Debian's headless
+# browser for the status page test, never a browser download) is install-only.
 set -euo pipefail
 
 STATE_ROOT="${SPARK_RECEIVERS_SERVICES_DIR:-/tmp/spark-receivers-services-$(id -u)}"
@@ -28,6 +29,7 @@ binary_of() {
     case "$1" in
         redis) echo redis-server ;;
         mosquitto) echo mosquitto ;;
+        chromium) echo chromedriver ;;
         *) die "unknown server '$1' (redis or mosquitto)" ;;
     esac
 }
@@ -36,6 +38,7 @@ package_of() {
     case "$1" in
         redis) echo redis-server ;;
         mosquitto) echo mosquitto ;;
+        chromium) echo chromium chromium-driver ;;
     esac
 }
 
@@ -62,8 +65,9 @@ install_server() {
         touch "$marker"
     fi
     echo "services.sh: apt-get install $(package_of "$name")" >&2
+    # shellcheck disable=SC2046 # one word per package
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "$(package_of "$name")" >&2 || die "apt-get install $(package_of "$name") failed"
+        $(package_of "$name") >&2 || die "apt-get install $(package_of "$name") failed"
     command -v "$bin" >/dev/null 2>&1 || die "$bin still not found after installing $(package_of "$name")"
 }
 
@@ -166,7 +170,8 @@ command=$1 target=$2 port=${3:-0}
 case "$target" in
     all) targets="redis mosquitto" ;;
     redis | mosquitto) targets=$target ;;
-    *) die "unknown server '$target' (redis, mosquitto or all)" ;;
+    chromium) [ "$command" = install ] || die "chromium is install-only"; targets=chromium ;;
+    *) die "unknown server '$target' (redis, mosquitto, chromium or all)" ;;
 esac
 case "$command" in
     start)
@@ -179,6 +184,9 @@ case "$command" in
         for t in $targets; do status_server "$t"; is_running "$t" || rc=3; done
         exit $rc
         ;;
-    install) for t in $targets; do install_server "$t"; done ;;
+    install)
+        [ "$target" = all ] && targets="$targets chromium"
+        for t in $targets; do install_server "$t"; done
+        ;;
     *) usage ;;
 esac

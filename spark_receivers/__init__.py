@@ -13,6 +13,12 @@ from spark_receivers.driver.listener import (
     ReceiverInfo,
     ReplicationInfo,
     StreamingListener,
+    StreamInputInfo,
+)
+from spark_receivers.driver.streaming_progress import (
+    OutputOperationProgress,
+    SourceProgress,
+    StreamingProgress,
 )
 from spark_receivers.errors import (
     AuthenticationError,
@@ -71,6 +77,7 @@ __all__ = [
     "MqttReceiver",
     "OffsetError",
     "OutputOperationInfo",
+    "OutputOperationProgress",
     "Receiver",
     "ReceiverError",
     "ReceiverInfo",
@@ -80,13 +87,16 @@ __all__ = [
     "RpcError",
     "SchemaLike",
     "SocketTextReceiver",
+    "SourceProgress",
     "SparkReceiversError",
     "StateError",
     "StorageLevel",
+    "StreamInputInfo",
     "StreamingConfig",
     "StreamingContext",
     "StreamingError",
     "StreamingListener",
+    "StreamingProgress",
     "StructuredReceiverStream",
     "ThreadedReceiver",
     "UnionStream",

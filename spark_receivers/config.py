@@ -29,10 +29,11 @@ import functools
 import logging
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from spark_receivers.config_checks import RATE_ESTIMATORS, parse, validate
+from spark_receivers.config_deploy import LOCAL_BLOCK_STORE_MEMORY, DeploymentKeys, key
 from spark_receivers.errors import ConfigError
 from spark_receivers.rpc.tls import TlsConfig
 
@@ -40,248 +41,177 @@ log = logging.getLogger(__name__)
 
 UNLIMITED_RATE = 0
 """``receiver_max_rate`` value meaning "no limit" (Spark uses Long.MaxValue)."""
-LOCAL_BLOCK_STORE_MEMORY = 512 * 1024 * 1024
-"""The block budget of a receiver when ``block_store_memory_bytes`` is 0 and nothing derived it."""
-
-
-def _key(default: Any, spark_key: str, doc: str, *, old: str | None = None) -> Any:
-    meta = {"spark_key": spark_key, "doc": doc, "old_key": old}
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True, kw_only=True)
-class StreamingConfig:
+class StreamingConfig(DeploymentKeys):
     """Typed, validated configuration of a :class:`StreamingContext` (see the module doc).
 
     Durations carry their unit in the name. Defaults follow Spark Streaming's.
     """
 
-    block_interval_ms: int = _key(
+    block_interval_ms: int = key(
         200, "spark.streaming.blockInterval", "How often received records are cut into a block."
     )
-    block_queue_size: int = _key(
+    block_queue_size: int = key(
         10, "spark.streaming.blockQueueSize", "Blocks waiting to be pushed before store() blocks."
     )
-    receiver_max_rate: float = _key(
+    receiver_max_rate: float = key(
         UNLIMITED_RATE,
         "spark.streaming.receiver.maxRate",
         "Records/s per receiver; 0 means unlimited.",
     )
-    receiver_restart_delay_ms: int = _key(
+    receiver_restart_delay_ms: int = key(
         2000, "spark.streaming.receiverRestartDelay", "Delay before a restarted receiver starts."
     )
-    receiver_wal_enabled: bool = _key(
+    receiver_wal_enabled: bool = key(
         False, "spark.streaming.receiver.writeAheadLog.enable", "Write every block to a WAL first."
     )
-    block_store_timeout_s: float = _key(
+    block_store_timeout_s: float = key(
         30.0, "spark.streaming.receiver.blockStoreTimeout", "Max wait to store a block (+ WAL)."
     )
-    backpressure_enabled: bool = _key(
+    backpressure_enabled: bool = key(
         False, "spark.streaming.backpressure.enabled", "Adapt receiver rates to processing speed."
     )
-    backpressure_initial_rate: float = _key(
+    backpressure_initial_rate: float = key(
         0.0, "spark.streaming.backpressure.initialRate", "First rate with backpressure; 0 = max."
     )
-    backpressure_rate_estimator: str = _key(
+    backpressure_rate_estimator: str = key(
         "pid", "spark.streaming.backpressure.rateEstimator", "Rate estimator: pid."
     )
-    backpressure_pid_proportional: float = _key(
+    backpressure_pid_proportional: float = key(
         1.0, "spark.streaming.backpressure.pid.proportional", "PID gain on the error (>= 0)."
     )
-    backpressure_pid_integral: float = _key(
+    backpressure_pid_integral: float = key(
         0.2, "spark.streaming.backpressure.pid.integral", "PID gain on the summed error (>= 0)."
     )
-    backpressure_pid_derived: float = _key(
+    backpressure_pid_derived: float = key(
         0.0, "spark.streaming.backpressure.pid.derived", "PID gain on the error's change (>= 0)."
     )
-    backpressure_pid_min_rate: float = _key(
+    backpressure_pid_min_rate: float = key(
         100.0, "spark.streaming.backpressure.pid.minRate", "Lowest rate the estimator sets (> 0)."
     )
-    graceful_stop_timeout_ms: int = _key(
+    graceful_stop_timeout_ms: int = key(
         0, "spark.streaming.gracefulStopTimeout", "Max graceful stop time; 0 = 10 intervals."
     )
-    concurrent_jobs: int = _key(
+    concurrent_jobs: int = key(
         1, "spark.streaming.concurrentJobs", "Batches processed at the same time."
     )
-    stop_gracefully_on_shutdown: bool = _key(
+    stop_gracefully_on_shutdown: bool = key(
         False,
         "spark.streaming.stopGracefullyOnShutdown",
         "On SIGTERM, stop the StreamingContext gracefully (received == processed).",
     )
-    receiver_wal_rolling_interval_s: float = _key(
+    receiver_wal_rolling_interval_s: float = key(
         60.0,
         "spark.streaming.receiver.writeAheadLog.rollingIntervalSecs",
         "Time span of one receiver WAL segment file.",
     )
-    receiver_wal_max_failures: int = _key(
+    receiver_wal_max_failures: int = key(
         3,
         "spark.streaming.receiver.writeAheadLog.maxFailures",
         "Attempts (each on a fresh segment) before a receiver WAL write fails.",
     )
-    receiver_wal_close_file_after_write: bool = _key(
+    receiver_wal_close_file_after_write: bool = key(
         False,
         "spark.streaming.receiver.writeAheadLog.closeFileAfterWrite",
         "One object per record in the receiver WAL (needed on S3 and other object stores).",
     )
-    driver_wal_rolling_interval_s: float = _key(
+    driver_wal_rolling_interval_s: float = key(
         60.0,
         "spark.streaming.driver.writeAheadLog.rollingIntervalSecs",
         "Time span of one driver WAL segment file.",
     )
-    driver_wal_max_failures: int = _key(
+    driver_wal_max_failures: int = key(
         3,
         "spark.streaming.driver.writeAheadLog.maxFailures",
         "Attempts (each on a fresh segment) before a driver WAL write fails.",
     )
-    driver_wal_close_file_after_write: bool = _key(
+    driver_wal_close_file_after_write: bool = key(
         False,
         "spark.streaming.driver.writeAheadLog.closeFileAfterWrite",
         "One object per record in the driver WAL (needed on S3 and other object stores).",
     )
-    driver_wal_allow_batching: bool = _key(
+    driver_wal_allow_batching: bool = key(
         True,
         "spark.streaming.driver.writeAheadLog.allowBatching",
         "Group concurrent driver WAL writes into one record (one fsync for many AddBlocks).",
     )
-    driver_wal_batching_timeout_ms: int = _key(
+    driver_wal_batching_timeout_ms: int = key(
         5000,
         "spark.streaming.driver.writeAheadLog.batchingTimeout",
         "Max wait of one driver WAL write when batching.",
     )
     # --- keys of our own: spark.receivers.* ------------------------------------------
-    checkpoint_dir: str = _key(
+    checkpoint_dir: str = key(
         "",
         "spark.receivers.checkpointDir",
         "Checkpoint directory (path or URI); '' = none. Set by StreamingContext(checkpoint_dir=).",
         old="spark.streaming.checkpointDir",
     )
-    receiver_stop_timeout_s: float = _key(
+    receiver_stop_timeout_s: float = key(
         10.0,
         "spark.receivers.receiver.stopTimeout",
         "After a stop, how long a receiver's job may take to end before it is cancelled.",
         old="spark.streaming.receiver.stopTimeout",
     )
-    receiver_drain_timeout_s: float = _key(
+    receiver_drain_timeout_s: float = key(
         120.0,
         "spark.receivers.receiver.drainTimeout",
         "After a receiver stops, how long its task serves blocks batches have not read.",
         old="spark.streaming.receiver.drainTimeout",
     )
-    max_message_bytes: int = _key(
+    max_message_bytes: int = key(
         4 * 1024 * 1024,
         "spark.receivers.rpc.maxMessageBytes",
         "Largest control message accepted (bytes).",
         old="spark.streaming.rpc.maxMessageBytes",
     )
-    receiver_wal_fsync: bool = _key(
+    receiver_wal_fsync: bool = key(
         True,
         "spark.receivers.receiver.writeAheadLog.fsync",
         "fdatasync every receiver WAL record on a local filesystem before acknowledging it.",
         old="spark.streaming.receiver.writeAheadLog.fsync",
     )
-    driver_wal_fsync: bool = _key(
+    driver_wal_fsync: bool = key(
         True,
         "spark.receivers.driver.writeAheadLog.fsync",
         "fdatasync every driver WAL record on a local filesystem before acknowledging it.",
         old="spark.streaming.driver.writeAheadLog.fsync",
     )
-    batch_read_partitions: int = _key(
+    batch_read_partitions: int = key(
         0,
         "spark.receivers.batch.readPartitions",
         "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
         old="spark.streaming.batch.readPartitions",
     )
-    receiver_max_restarts: int = _key(
+    # --- batches as users write them (issue 20) ---
+    batch_cache: bool = key(
+        True,
+        "spark.receivers.batch.cache",
+        "Keep each batch's rows on the executors that read them, from the first action to the "
+        "end of the batch, so further actions read no block again (false: every action reads "
+        "the blocks again).",
+    )
+    warm_up_timeout_s: float = key(
+        60.0,
+        "spark.receivers.warmUp.timeout",
+        "How long start() may spend paying the batch path's one-time costs before the first "
+        "batch; 0 = no warm-up.",
+    )
+    receiver_max_restarts: int = key(
         20,
         "spark.receivers.receiver.maxRestarts",
         "Restarts of one receiver within restartWindow before the context fails with the "
         "cause; -1 = no limit (Spark's behaviour).",
     )
-    receiver_restart_window_s: float = _key(
+    receiver_restart_window_s: float = key(
         600.0,
         "spark.receivers.receiver.restartWindow",
         "The window in which maxRestarts restarts of one receiver fail the context.",
     )
-
-    # --- network: where the driver endpoint and the block servers bind and what they advertise
-    driver_host: str = _key(
-        "",
-        "spark.receivers.driver.host",
-        "Host executors reach the driver's endpoint by; '' = spark.driver.host.",
-    )
-    driver_bind_address: str = _key(
-        "",
-        "spark.receivers.driver.bindAddress",
-        "Address the driver's endpoint binds; '' = spark.driver.bindAddress, else the host.",
-    )
-    driver_ports: str = _key(
-        "0",
-        "spark.receivers.driver.ports",
-        "Port or range (40000-40009) of the driver's endpoint; 0 = any free port.",
-    )
-    executor_host: str = _key(
-        "",
-        "spark.receivers.executor.host",
-        "Host a block server advertises; '' = the host Spark knows its executor by.",
-    )
-    executor_bind_address: str = _key(
-        "",
-        "spark.receivers.executor.bindAddress",
-        "Address block servers bind; '' = the advertised host (0.0.0.0: every interface).",
-    )
-    executor_ports: str = _key(
-        "0",
-        "spark.receivers.executor.ports",
-        "Port or range of block servers (one port per receiver); 0 = any free port.",
-    )
-    # --- TLS on every endpoint and client
-    rpc_tls_enabled: bool = _key(
-        False,
-        "spark.receivers.rpc.tls.enabled",
-        "Serve and call every endpoint over TLS (needs certFile, keyFile, caFile).",
-    )
-    rpc_tls_cert_file: str = _key(
-        "", "spark.receivers.rpc.tls.certFile", "PEM certificate chain every endpoint serves."
-    )
-    rpc_tls_key_file: str = _key(
-        "", "spark.receivers.rpc.tls.keyFile", "PEM private key of certFile."
-    )
-    rpc_tls_ca_file: str = _key(
-        "", "spark.receivers.rpc.tls.caFile", "PEM CA certificate(s) clients trust."
-    )
-    rpc_tls_server_name: str = _key(
-        "",
-        "spark.receivers.rpc.tls.serverName",
-        "Name clients check certificates for; '' = the host they connect to.",
-    )
-    # --- deployment
-    block_store_memory_bytes: int = _key(
-        0,
-        "spark.receivers.receiver.blockStoreMemory",
-        "Memory the blocks kept on one executor take before they spill to disk (512m, 1g): "
-        "its block keeper's budget (with keepers off, each receiver's); 0 = derived from "
-        "the executor's memory settings.",
-    )
-    ship_package: str = _key(
-        "auto",
-        "spark.receivers.shipPackage",
-        "At start, check that executors import this spark_receivers: auto = ship it "
-        "(addPyFile) when they do not; check = fail naming what to pass; off = no check.",
-    )
-    block_keeper_enabled: bool = _key(
-        True,
-        "spark.receivers.blockKeeper.enabled",
-        "Keep blocks in a keeper process per executor (they outlive the receiver's task, "
-        "and _2 levels copy them to a second executor); false: in the receiver's task.",
-    )
-    lost_block_policy: str = _key(
-        "fail",
-        "spark.receivers.lostBlockPolicy",
-        "A block in no store and no WAL: fail (the context fails) or skip (the batch runs "
-        "without it; on_block_lost and status() count it).",
-    )
     # --- testing aids (off by default)
-    fault_plan: str = _key(
+    fault_plan: str = key(
         "",
         "spark.receivers.testing.faultPlan",
         "Testing aid: path of a fault-plan file (JSON) whose windows cut receivers off from "
@@ -407,14 +337,14 @@ def spark_conf_of(spark: Any) -> dict[str, str]:
     """
     conf = dict(spark.sparkContext.getConf().getAll())
     runtime = spark.conf
-    for key in StreamingConfig.spark_keys():
+    for conf_key in StreamingConfig.spark_keys():
         try:
-            value = runtime.get(key, None)
+            value = runtime.get(conf_key, None)
         except Exception:  # a key the runtime conf cannot read: keep the static value
-            log.debug("could not read %s from the runtime conf", key, exc_info=True)
+            log.debug("could not read %s from the runtime conf", conf_key, exc_info=True)
             continue
         if value is not None:
-            conf[key] = value
+            conf[conf_key] = value
     return conf
 
 

@@ -89,6 +89,7 @@ def validate(cfg: Any) -> None:
         _non_negative(cfg, name, integral=True)
     for name in (
         "receiver_max_rate",
+        "warm_up_timeout_s",
         "backpressure_initial_rate",
         "backpressure_pid_proportional",
         "backpressure_pid_integral",
@@ -130,6 +131,15 @@ def validate(cfg: Any) -> None:
         _positive_int(cfg, f"{side}_wal_max_failures")
     _positive_int(cfg, "driver_wal_batching_timeout_ms")
     _validate_deployment(cfg)
+    _positive_int(cfg, "metrics_report_interval_ms")
+    _positive_int(cfg, "ui_retained_batches")
+    port = cfg.ui_port
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        msg = f"{_describe(cfg, 'ui_port')} must be a port 0-65535 (0: any free one), got {port!r}"
+        raise ConfigError(msg)
+    if not isinstance(cfg.ui_host, str):
+        msg = f"{_describe(cfg, 'ui_host')} must be a host string ('' for the default), got "
+        raise ConfigError(msg + repr(cfg.ui_host))
 
 
 def _validate_deployment(cfg: Any) -> None:

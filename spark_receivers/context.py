@@ -9,6 +9,7 @@ docs/architecture.md shows the rooms and the order they start and stop in.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -20,11 +21,15 @@ from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.deployment import prepare
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
+from spark_receivers.driver.observability import Observability
 from spark_receivers.driver.progress import ProgressRecorder
 from spark_receivers.driver.receiver_launcher import check_local_cores
+from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
 from spark_receivers.driver.shutdown_hook import SigtermHook
 from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.status_api import StreamDescription
 from spark_receivers.driver.stream_graph import StreamGraph
+from spark_receivers.driver.streaming_progress import StreamingProgress, stream_uuid
 from spark_receivers.errors import ConfigError, StateError, StreamingError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
@@ -37,6 +42,7 @@ from spark_receivers.stream import (
 from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -110,8 +116,17 @@ class StreamingContext:
         self._sigterm = SigtermHook(
             lambda: self.stop(graceful=True), lambda: self._state is ContextState.STOPPED
         )
-        self._progress = ProgressRecorder(batch_interval_ms, self._receiver_states)
+        self._progress = ProgressRecorder(
+            batch_interval_ms,
+            self._receiver_states,
+            self._bus,
+            keep=self.config.ui_retained_batches,
+            describe=self._describe_stream,
+        )
         self._bus.add(self._progress)
+        self._observability = Observability(
+            self.config, self._bus, self._progress, self._spark_conf
+        )
 
     def _use_checkpoint_dir(self, checkpoint_dir: str | None) -> None:
         if checkpoint_dir and self.config.checkpoint_dir != checkpoint_dir:
@@ -243,6 +258,17 @@ class StreamingContext:
             check_local_cores(self._spark_conf.get("spark.master", ""), len(self._graph.inputs))
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark.sparkContext, self.config, self._spark_conf)
+            self._progress.new_run(stream_uuid(self.checkpoint_dir))
+            # First the page (a port it cannot bind fails here, before anything runs).
+            url = self._observability.start(
+                [self._stream_description(s) for s in self._graph.inputs],
+                self.status,
+                self._receiver_metrics,
+                self._clock.get_time_ms(),
+                self._spark_conf.get("spark.app.name", ""),
+            )
+            if url is not None:
+                log.info("status page at %s", url)
             self._scheduler = JobScheduler(
                 self.spark,
                 self._graph,
@@ -255,7 +281,11 @@ class StreamingContext:
                 self._on_failure,
                 self._recovery,
             )
-            self._scheduler.start()
+            try:
+                self._scheduler.start()
+            except BaseException:
+                self._observability.stop()
+                raise
             self._state = ContextState.ACTIVE
             if self.config.stop_gracefully_on_shutdown:
                 self._sigterm.install()
@@ -285,6 +315,7 @@ class StreamingContext:
         if self._scheduler is not None:
             timeout_ms = self.config.graceful_stop_timeout_ms or 10 * self.batch_interval_ms
             self._scheduler.stop(graceful, timeout_ms)
+        self._observability.stop()
         self._sigterm.restore()
         self._terminated.set()
         if stop_spark:
@@ -301,25 +332,70 @@ class StreamingContext:
     # --- progress and status -------------------------------------------------------
 
     @property
-    def last_progress(self) -> dict[str, Any] | None:
-        """Progress of the last completed batch, as a plain dict."""
+    def last_progress(self) -> StreamingProgress | None:
+        """Progress of the last completed batch, shaped like Structured Streaming's.
+
+        A :class:`~spark_receivers.StreamingProgress`: ``.json()`` and
+        ``.prettyJson()`` give ``StreamingQueryProgress``'s field names
+        (``batchId``, ``numInputRows``, ``inputRowsPerSecond``, ``sources``...).
+        """
         return self._progress.last
 
     @property
-    def recent_progress(self) -> list[dict[str, Any]]:
-        """Progress of the recent completed batches (up to 100), oldest first."""
+    def recent_progress(self) -> list[StreamingProgress]:
+        """Progress of the recent completed batches, oldest first.
+
+        As many as ``spark.streaming.ui.retainedBatches`` (1000) keeps.
+        """
         return self._progress.recent
+
+    @property
+    def status_page_url(self) -> str | None:
+        """The status page's URL while it is served (``spark.receivers.ui.enabled``)."""
+        return self._observability.url
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The context's Prometheus registry (what the status page serves at ``/metrics``).
+
+        For an application that runs its own exporter, e.g.
+        ``prometheus_client.start_http_server(9100, registry=ssc.metrics_registry)``.
+        """
+        return self._observability.registry
 
     def status(self) -> StreamingStatus:
         """A typed snapshot of where the stream stands now (receivers, batches, records)."""
         scheduler = self._scheduler
-        if scheduler is not None:
-            return scheduler.status(self._state.name)
+        # While start() runs (INITIALIZED) the scheduler's parts are still being made.
+        if scheduler is not None and self._state is not ContextState.INITIALIZED:
+            status = scheduler.status(self._state.name)
+            reports = scheduler.receiver_metrics.snapshot()
+            receivers = tuple(
+                dataclasses.replace(r, metrics=m if (m := reports.get(r.stream_id)) else None)
+                for r in status.receivers
+            )
+            return dataclasses.replace(status, receivers=receivers)
         receivers = tuple(
             ReceiverStatus(s.stream_id, s.receiver.name, "INACTIVE", None, None, None, 0, 0, 0)
             for s in self._graph.inputs
         )
         return StreamingStatus(self._state.name, self.batch_interval_ms, receivers)
+
+    def _receiver_metrics(self) -> dict[int, ReceiverMetricsInfo]:
+        scheduler = self._scheduler
+        return {} if scheduler is None else scheduler.receiver_metrics.snapshot()
+
+    def _describe_stream(self, stream_id: int) -> str:
+        stream = self._graph.inputs[stream_id]
+        return f"{type(stream).__name__}[{stream_id}]: {stream.receiver.name}"
+
+    @staticmethod
+    def _stream_description(
+        stream: ReceiverInputStream | StructuredReceiverStream,
+    ) -> StreamDescription:
+        kind = "structured" if isinstance(stream, StructuredReceiverStream) else "batch"
+        receiver = stream.receiver
+        return StreamDescription(stream.stream_id, receiver.name, kind, type(receiver).__name__)
 
     def _receiver_states(self) -> dict[int, Any]:
         tracker = getattr(self._scheduler, "receiver_tracker", None)

@@ -90,12 +90,17 @@ class CountingReceiver(Receiver):
 
     Records are stored in lists of ``rate / 20`` every 50 ms; ``n`` starts again
     at 0 after a restart of the task (the receiver object is re-sent). With
-    ``rate=0`` it stores nothing and only runs.
+    ``rate=0`` it stores nothing and only runs. With ``offsets=True`` each list is
+    stored with ``metadata={"offset": <n after it>}``, as a source with offsets would
+    (each list is then a block of its own).
     """
 
-    def __init__(self, rate: int = 100, preferred_location: str | None = None) -> None:
+    def __init__(
+        self, rate: int = 100, preferred_location: str | None = None, offsets: bool = False
+    ) -> None:
         super().__init__(preferred_location=preferred_location)
         self.rate = rate
+        self.offsets = offsets
         self._thread: threading.Thread | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -119,7 +124,8 @@ class CountingReceiver(Receiver):
             pause.wait(0.05)
         while not self.is_stopped():
             try:
-                self.store([f"{self.stream_id}-{i}" for i in range(n, n + per_tick)])
+                records = [f"{self.stream_id}-{i}" for i in range(n, n + per_tick)]
+                self.store(records, metadata={"offset": n + per_tick} if self.offsets else None)
             except Exception:  # noqa: BLE001 - stopping while storing ends the loop
                 return
             n += per_tick
@@ -131,10 +137,11 @@ class StandInTracker:
 
     For testing a receiver without Spark: run it under a real
     :class:`ReceiverSupervisor` with :func:`supervise`, then look at the
-    messages it sent. Replies to ``RegisterReceiver``/``AddBlock`` with
-    ``accept_register``/``accept_blocks``; knows of no other executor, so
-    supervisors keep one copy of each block, in the block keeper they start.
-    Close it with :meth:`close` (which also ends those keepers).
+    messages it sent. Replies to ``RegisterReceiver`` and to ``AddBlock``/``AddBlocks``
+    (per block) with ``accept_register``/``accept_blocks``; :meth:`blocks` lists the
+    blocks reported either way. It knows of no other executor, so supervisors keep
+    one copy of each block, in the block keeper they start. Close it with
+    :meth:`close` (which also ends those keepers).
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -155,6 +162,8 @@ class StandInTracker:
             return self.accept_register
         if isinstance(msg, m.AddBlock):
             return self.accept_blocks
+        if isinstance(msg, m.AddBlocks):
+            return [self.accept_blocks] * len(msg.block_infos)
         if isinstance(msg, m.GetReplicaTargets):
             return []
         if isinstance(msg, m.ReportReplication | m.ReportLostBlock):
@@ -173,20 +182,30 @@ class StandInTracker:
                 msg = f"timed out after {timeout_s}s; last messages: {self.messages[-5:]}"
                 raise AssertionError(msg)
 
+    def blocks(self) -> list[m.ReceivedBlockInfo]:
+        """Every block reported so far (``AddBlock`` or ``AddBlocks``), in report order."""
+        with self.cond:
+            out: list[m.ReceivedBlockInfo] = []
+            for x in self.messages:
+                if isinstance(x, m.AddBlock):
+                    out.append(x.block_info)
+                elif isinstance(x, m.AddBlocks):
+                    out.extend(x.block_infos)
+            return out
+
     def records(self) -> int:
         """Records in every block reported so far."""
-        return sum(x.block_info.num_records for x in self.of(m.AddBlock))
+        return sum(info.num_records for info in self.blocks())
 
     def stored_table(self, supervisor: ReceiverSupervisor) -> pa.Table:
-        """Every block ``supervisor`` reported, read back from its block server, in order.
+        """Every block ``supervisor`` reported, read back from where it was kept, in order.
 
         A real, authenticated Arrow Flight read from where each block was kept (its
         block keeper), as a batch's read task makes it; blocks are in report order,
         records in store order within a block.
         """
         blocks = []
-        for add in self.of(m.AddBlock):
-            info = add.block_info
+        for info in self.blocks():
             if info.stream_id != supervisor.stream_id:
                 continue
             client = EndpointClient(info.locations[0], self.secret)

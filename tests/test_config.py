@@ -69,6 +69,10 @@ def test_read_from_spark_conf_with_units():
             r"batch_read_partitions \(spark.receivers.batch.readPartitions\) must be an "
             r"integer >= 0, got -1",
         ),
+        ({"ui_port": 70_000}, r"ui_port \(spark.receivers.ui.port\) must be a port 0-65535"),
+        ({"ui_host": 7}, r"ui_host \(spark.receivers.ui.host\) must be a host string"),
+        ({"metrics_report_interval_ms": 0}, "spark.receivers.metrics.reportInterval"),
+        ({"ui_retained_batches": 0}, "spark.streaming.ui.retainedBatches"),
     ],
 )
 def test_bad_values_name_key_and_value(kwargs, message):

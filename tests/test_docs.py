@@ -134,7 +134,15 @@ def check_lines(ns: dict[str, Any], env: dict[str, Any]) -> None:
         tracker.close()
 
 
+def check_status_page(ns: dict[str, Any], env: dict[str, Any]) -> None:
+    ssc = ns["ssc"]
+    assert ssc.status_page_url is None  # served while it ran, gone with the context
+    assert ssc.last_progress is not None and ssc.status().records_processed > 0
+    assert ssc.last_progress["batchId"] == ssc.last_progress.batch_id
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
+    "StreamingConfig(ui_enabled=True": check_status_page,
     "class Ticker(Receiver)": check_ticker,
     "ssc.union(*streams)": check_union,
     "class Clicks(Receiver)": check_clicks,

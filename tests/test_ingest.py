@@ -212,3 +212,35 @@ def test_an_unreachable_redis_ends_the_run_with_status_1_and_its_reason(tmp_path
     assert "(Connection refused); the receiver's last error: " in last
     assert f"stopping: the source's server 127.0.0.1:{port}" in text
     assert TOKEN not in text
+
+
+def test_progress_json_and_the_status_page_of_a_real_run(tmp_path):
+    """``--progress json``: one progress JSON per batch on stdout; the page serves /metrics."""
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, "-m", "spark_receivers", "ingest", "--progress", "json",
+        "--conf", "spark.receivers.ui.port=0", "--conf", "spark.ui.enabled=false",
+        "--source", "generator://?rate=500", "--sink", f"parquet:{out}",
+    ]  # fmt: skip
+    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    with open(stdout, "w") as o, open(stderr, "w") as e:
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=ingest_env())
+    try:
+        wait_for(lambda: "status page http://" in stderr.read_text(), 180, "the status page")
+        url = re.search(r"status page (http://\S+)", stderr.read_text()).group(1)
+        wait_for(lambda: parquet_rows(out) >= 1000, 180, "records in the sink")
+        with urllib.request.urlopen(url + "metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert re.search(r'spark_receivers_records_received_total\{.*stream="0".*\} [1-9]', metrics)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, stderr.read_text()[-4000:]
+    progress = [json.loads(line) for line in stdout.read_text().splitlines()]
+    assert progress and all({"batchId", "numInputRows", "sources"} <= set(p) for p in progress)
+    processed, _ = counts(stderr.read_text())
+    assert sum(p["numInputRows"] for p in progress if not p["failed"]) == processed
+    assert not re.search(r"batch \d\d:\d\d:\d\d +in", stderr.read_text())  # no batch lines

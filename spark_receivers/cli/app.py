@@ -59,7 +59,11 @@ def _spark_flags(p: argparse.ArgumentParser, master_default: str | None, master_
         help="a Spark conf entry (repeatable): Spark's keys and ours (spark.streaming.*, "
         "spark.receivers.*)",
     )
-    p.add_argument("--no-ui", action="store_true", help="no Spark UI (it is on by default)")
+    p.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="neither the Spark UI nor the status page with /metrics (both on by default)",
+    )
 
 
 def _interval_flags(p: argparse.ArgumentParser) -> None:
@@ -142,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="client",
         choices=("client", "cluster"),
         help="only client: this command is the driver",
+    )
+    q.add_argument(
+        "--progress",
+        default="auto",
+        choices=("auto", "live", "lines", "json"),
+        help="live: a live view (rich) on the terminal; lines: one line per batch on stderr; "
+        "json: one Structured-Streaming-style progress JSON per batch on stdout; "
+        "auto (default): live on a terminal, else lines",
     )
     q.add_argument(
         "--check",

@@ -23,7 +23,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.cli.ingest import parse_interval_ms, parse_seconds
-from spark_receivers.cli.spark_session import SparkSettings, is_local, spark_settings, start_spark
+from spark_receivers.cli.spark_session import (
+    SparkSettings,
+    is_local,
+    spark_settings,
+    start_spark,
+    without_unavailable_status_page,
+)
 from spark_receivers.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,6 +50,7 @@ def run(
         msg = f"--rate must be a finite number of lines/s > 0, got {args.rate!r}"
         raise ConfigError(msg)
     settings = spark_settings("spark-receivers-demo", args.master, args.conf, ui=not args.no_ui)
+    settings, page_warning = without_unavailable_status_page(settings)
     local = is_local(settings.master)
     out = sys.stdout
     say: Callable[..., None] = (
@@ -53,6 +60,8 @@ def run(
     )
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if page_warning:
+        print(f"warning: {page_warning}", file=sys.stderr, flush=True)
     say(f"starting {'local ' if local else ''}Spark ({settings.master}) ...")
     spark = start(settings)
     try:
@@ -82,8 +91,7 @@ def _word_count(
 
     def word_count(df: Any, batch_time_ms: int) -> None:
         started = time.monotonic()
-        df = df.persist()
-        n = df.count()
+        n = df.count()  # the batch's rows stay cached for the word count (batch_cache)
         top = (
             df.select(F.explode(F.split("value", " ")).alias("word"))
             .where(~F.col("word").rlike("^[0-9]+$"))
@@ -93,7 +101,6 @@ def _word_count(
             .limit(5)
             .collect()
         )
-        df.unpersist()
         elapsed = (time.monotonic() - started) * 1000
         with lock:
             stats["processed"] += n
@@ -105,6 +112,8 @@ def _word_count(
 
     lines.foreach_batch(word_count)
     ssc.start()
+    if ssc.status_page_url:
+        say(f"status page {ssc.status_page_url}  (Prometheus: {ssc.status_page_url}metrics)")
     say(f"streaming for {seconds:g}s at {rate:,.0f} lines/s from {source.host}:{source.port} ...")
     started = time.monotonic()
     failed = None

@@ -15,6 +15,7 @@ unreachable when the run stops (:mod:`spark_receivers.cli.source_watch`). See
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import os
 import re
@@ -27,12 +28,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_receivers.cli.live_view import JsonProgress, LiveView
 from spark_receivers.cli.outcome import EXIT_INTERRUPTED, EXIT_OK, judge
 from spark_receivers.cli.progress import ProgressPrinter, one_line
 from spark_receivers.cli.sinks import SinkSpec, parse_sink
 from spark_receivers.cli.source_watch import SourceWatch, unreachable
 from spark_receivers.cli.sources import Source, parse_source
-from spark_receivers.cli.spark_session import SparkSettings, is_local, spark_settings, start_spark
+from spark_receivers.cli.spark_session import (
+    SparkSettings,
+    is_local,
+    spark_settings,
+    start_spark,
+    without_unavailable_status_page,
+)
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.receiver_launcher import check_local_cores
 from spark_receivers.errors import ConfigError, ReceiverError
@@ -68,6 +76,8 @@ class IngestPlan:
     """``--wal`` itself (else the WAL, if on, comes from ``--conf``)."""
     unreachable_timeout_s: float = 120.0
     """How long the source's server may stay unreachable, the receiver failing."""
+    progress: str = "lines"
+    """``live``, ``lines`` or ``json`` (``--progress auto`` resolved)."""
 
 
 def say(text: str) -> None:
@@ -144,9 +154,38 @@ def plan_ingest(args: argparse.Namespace) -> IngestPlan:
         msg = "--wal needs --checkpoint DIR (the write-ahead logs live there)"
         raise ConfigError(msg)
     check_local_cores(settings.master, 1)
+    progress = progress_mode(getattr(args, "progress", "auto"), sink)
     return IngestPlan(
-        source, sink, settings, interval_ms, seconds, checkpoint, wal, args.wal, unreachable_s
+        source,
+        sink,
+        settings,
+        interval_ms,
+        seconds,
+        checkpoint,
+        wal,
+        args.wal,
+        unreachable_s,
+        progress,
     )
+
+
+def progress_mode(asked: str, sink: SinkSpec, out: Any = None, err: Any = None) -> str:
+    """What ``--progress`` shows: ``auto`` resolved, ``json`` checked against the sink.
+
+    ``auto`` is ``live`` when stdout and stderr are terminals and the sink does not
+    print there itself, else ``lines``; ``json`` needs stdout for itself.
+    """
+    out, err = out or sys.stdout, err or sys.stderr
+    if asked == "json" and sink.kind == "console":
+        msg = (
+            "--progress json prints to stdout, where the console sink prints its batches: "
+            "pick another sink or --progress lines"
+        )
+        raise ConfigError(msg)
+    if asked != "auto":
+        return asked
+    terminal = out.isatty() and err.isatty()
+    return "live" if terminal and sink.kind != "console" else "lines"
 
 
 def preflight(plan: IngestPlan) -> list[str]:
@@ -199,7 +238,10 @@ def run(
 ) -> int:
     """The ``ingest`` command; returns its exit status (ConfigError: the caller's exit 2)."""
     plan = plan_ingest(args)
-    warnings = preflight(plan)
+    settings, page_warning = without_unavailable_status_page(plan.spark)
+    plan = dataclasses.replace(plan, spark=settings)
+    warnings = [page_warning] if page_warning else []
+    warnings += preflight(plan)
     for warning in warnings:
         say(f"warning: {warning}")
     if args.check:
@@ -258,6 +300,14 @@ def _wait(
             return source_watch, reason
 
 
+def _progress_printer(plan: IngestPlan, status: Callable[[], StreamingStatus]) -> ProgressPrinter:
+    if plan.progress == "live":
+        return LiveView(plan.interval_ms, status, f"{plan.source.display} -> {plan.sink.display}")
+    if plan.progress == "json":
+        return JsonProgress(plan.interval_ms, status)
+    return ProgressPrinter(plan.interval_ms, status)
+
+
 def _print_plan(plan: IngestPlan) -> None:
     """What ``--check`` prints: the run as it would start (secrets masked; to stdout)."""
     conf = {k: v for k, v in plan.spark.conf if not _SECRET_CONF.search(k)}
@@ -268,6 +318,7 @@ def _print_plan(plan: IngestPlan) -> None:
         f"interval    {plan.interval_ms} ms",
         f"run for     {'until Ctrl-C' if plan.seconds is None else f'{plan.seconds:g} s'}",
         f"checkpoint  {plan.checkpoint or 'none'}; write-ahead log {'on' if plan.wal else 'off'}",
+        f"progress    {plan.progress}",
         f"master      {plan.spark.master}",
         *(f"conf        {k}={v}" for k, v in sorted(conf.items()) if k != "spark.master"),
     ]
@@ -293,7 +344,7 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
     ssc = StreamingContext.get_or_create(plan.checkpoint, create) if plan.checkpoint else create()
     if ssc.recovered_from_checkpoint:
         say(f"recovering from the checkpoint in {plan.checkpoint}")
-    progress = ProgressPrinter(plan.interval_ms, ssc.status)
+    progress = _progress_printer(plan, ssc.status)
     ssc.add_streaming_listener(progress)
     wake, stop_asked = threading.Event(), threading.Event()
     failures: list[BaseException] = []
@@ -324,6 +375,11 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
             f"ingesting {plan.source.display} -> {plan.sink.display} every {interval}; "
             "Ctrl-C stops gracefully"
         )
+        url = ssc.status_page_url
+        if url:
+            say(f"status page {url}  (Prometheus: {url}metrics)")
+        if isinstance(progress, LiveView):
+            progress.start(url)
         watcher = threading.Thread(target=watch, name="ingest-await-termination", daemon=True)
         watcher.start()
         source_watch, gave_up = _wait(plan, ssc, wake)
@@ -342,6 +398,8 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if isinstance(progress, LiveView):
+            progress.stop()
     if failures:
         _settle(spark, ssc.status, progress)
     failure = one_line(failures[0]) if failures else None

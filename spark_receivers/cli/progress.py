@@ -128,6 +128,10 @@ class ProgressPrinter(StreamingListener):
             else:
                 self.batches += 1
                 self.records += info.num_records
+        self._show_batch(info, failures)
+
+    def _show_batch(self, info: BatchInfo, failures: list[str]) -> None:
+        """The batch's line (the live view and ``--progress json`` show batches their way)."""
         when = time.strftime("%H:%M:%S", time.localtime(info.batch_time_ms / 1000))
         if failures:
             self._say(

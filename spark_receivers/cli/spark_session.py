@@ -4,11 +4,13 @@ Settings are parsed and checked without Spark (:func:`spark_settings`); only
 :func:`start_spark` starts a JVM. Nothing is forced: the master comes from
 ``--master``, else ``--conf spark.master``, else ``spark-defaults.conf``
 (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), else ``local[4]``; the Spark UI
-is on unless ``--no-ui``; ``SPARK_LOCAL_IP`` is left as the environment has it.
+and our status page (``spark.receivers.ui.*``) are on unless ``--no-ui``;
+``SPARK_LOCAL_IP`` is left as the environment has it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -20,7 +22,14 @@ from spark_receivers.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "SparkSettings", "is_local", "parse_conf", "spark_settings"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "SparkSettings",
+    "is_local",
+    "parse_conf",
+    "spark_settings",
+    "without_unavailable_status_page",
+]
 
 DEFAULT_MASTER = "local[4]"
 
@@ -114,20 +123,43 @@ def spark_settings(
         "spark.app.name": app_name,
         "spark.submit.deployMode": "client",
         "spark.ui.enabled": "true" if ui else "false",
+        # Our status page (and /metrics) too: docs/decisions/0006.
+        "spark.receivers.ui.enabled": "true" if ui else "false",
         # Spark's progress bars would cut through the per-batch lines.
         "spark.ui.showConsoleProgress": "false",
     }
-    if not ui and conf.get("spark.ui.enabled", "false") != "false":
-        msg = "--no-ui and --conf spark.ui.enabled=true disagree"
-        raise ConfigError(msg)
+    for key in ("spark.ui.enabled", "spark.receivers.ui.enabled"):
+        if not ui and conf.get(key, "false") != "false":
+            msg = f"--no-ui and --conf {key}=true disagree"
+            raise ConfigError(msg)
     if is_local(master):
         defaults["spark.sql.shuffle.partitions"] = "4"
     merged = {**conf, "spark.master": master}
     for key, value in defaults.items():
         merged.setdefault(key, value)
     if not ui:
-        merged["spark.ui.enabled"] = "false"
+        merged["spark.ui.enabled"] = merged["spark.receivers.ui.enabled"] = "false"
     return SparkSettings(app_name, master, tuple(merged.items()))
+
+
+def without_unavailable_status_page(settings: SparkSettings) -> tuple[SparkSettings, str]:
+    """The settings with the status page off when aiohttp cannot be imported, and why.
+
+    aiohttp is a dependency of the package, so this only happens in a broken or
+    hand-made environment: the command then runs without the page (and /metrics)
+    instead of failing at start. Returns ``(settings, "")`` when nothing changes.
+    """
+    from spark_receivers.errors import MissingDependencyError
+    from spark_receivers.util.extras import AIOHTTP, require
+
+    if settings.conf_dict.get("spark.receivers.ui.enabled", "false") != "true":
+        return settings, ""
+    try:
+        require(AIOHTTP, "the status page")
+    except MissingDependencyError as e:
+        conf = {**settings.conf_dict, "spark.receivers.ui.enabled": "false"}
+        return dataclasses.replace(settings, conf=tuple(conf.items())), f"{e}; running without it"
+    return settings, ""
 
 
 def start_spark(settings: SparkSettings, log_level: str = "ERROR") -> SparkSession:

@@ -199,8 +199,11 @@ class BlockKeepers:
 class KeeperStarter:
     """Starts keepers on executors that have none: at once, then every ``interval_s``.
 
-    ``start(executors)`` runs the keeper job (on Spark, :func:`start_keepers`); it
-    runs on this object's thread, never on the caller's. A failed job is logged
+    ``start(executors)`` runs the keeper job (on Spark, :func:`start_keepers`).
+    The first round runs in :meth:`start`, on the caller's thread, so that the
+    receivers launched after it find a replica target for their very first
+    block (a block kept once while no other keeper exists has no copy to fall
+    back on); later rounds run on this object's thread. A failed job is logged
     and tried again at the next round: an executor without a keeper only means
     fewer replica targets, which the receivers report.
     """
@@ -221,7 +224,8 @@ class KeeperStarter:
         self.rounds = 0
 
     def start(self) -> None:
-        """Start the thread."""
+        """Run the first round, then start the thread for the next ones."""
+        self._round()
         self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -231,17 +235,19 @@ class KeeperStarter:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                missing = self._keepers.missing(self._alive_executors())
-                if missing:
-                    log.info("starting block keepers on %s", [str(e) for e in missing])
-                    self._start(missing)
-            except Exception as e:  # noqa: BLE001 - logged; tried again next round
-                if not self._stopping.is_set():
-                    log.warning("could not start block keepers: %s", e)
-            self.rounds += 1
-            self._stopping.wait(self._interval_s)
+        while not self._stopping.wait(self._interval_s):
+            self._round()
+
+    def _round(self) -> None:
+        try:
+            missing = self._keepers.missing(self._alive_executors())
+            if missing:
+                log.info("starting block keepers on %s", [str(e) for e in missing])
+                self._start(missing)
+        except Exception as e:  # noqa: BLE001 - logged; tried again next round
+            if not self._stopping.is_set():
+                log.warning("could not start block keepers: %s", e)
+        self.rounds += 1
 
 
 def keeper_starter(

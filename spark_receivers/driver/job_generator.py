@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +37,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from spark_receivers.driver.checkpoint import Checkpoint
-from spark_receivers.driver.listener import BatchInfo, ListenerBus, OutputOperationInfo
+from spark_receivers.driver.listener import (
+    MAX_METADATA_PER_STREAM,
+    BatchInfo,
+    ListenerBus,
+    OutputOperationInfo,
+    StreamInputInfo,
+)
 from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.util.clock import Clock
@@ -182,10 +189,12 @@ class JobGenerator:
         except Exception:
             log.exception("could not allocate blocks to batch %d", batch_time_ms)
             return
+        inputs = {s: stream_input_info(s, bs) for s, bs in blocks.items()}
         info = BatchInfo(
             batch_time_ms=batch_time_ms,
-            num_records_per_stream={s: sum(b.num_records for b in bs) for s, bs in blocks.items()},
+            num_records_per_stream={s: i.num_records for s, i in inputs.items()},
             submission_time_ms=self._clock.get_time_ms(),
+            stream_input_info=inputs,
         )
         self._bus.post("on_batch_submitted", info)
         with self._lock:
@@ -199,7 +208,7 @@ class JobGenerator:
         failure: BaseException | None = None
         op_infos: dict[int, OutputOperationInfo] = {}
         self._sc.setJobGroup(
-            f"spark-receivers-batch-{t}", f"Streaming batch {t}", interruptOnCancel=False
+            f"spark-receivers-batch-{t}", describe_batch(t), interruptOnCancel=False
         )
         try:
             operations = self._hooks.generate_jobs(t, blocks)
@@ -210,6 +219,7 @@ class JobGenerator:
         for op in operations:
             op_info = OutputOperationInfo(t, op.id, op.name, op.name, self._clock.get_time_ms())
             self._bus.post("on_output_operation_started", op_info)
+            self._sc.setJobDescription(describe_batch(t, op.name))
             try:
                 op.run()
             except Exception as e:
@@ -286,3 +296,30 @@ class JobGenerator:
                     )
         self._executor.shutdown(wait=graceful and completed, cancel_futures=True)
         return completed
+
+
+def describe_batch(batch_time_ms: int, operation: str | None = None) -> str:
+    """The Spark UI description of a batch's jobs: ``Streaming batch 10:00:01 [output op x]``.
+
+    Local time, as Spark's Streaming tab shows batch times; milliseconds only when
+    the batch time has some (intervals under a second).
+    """
+    seconds, ms = divmod(batch_time_ms, 1000)
+    when = time.strftime("%H:%M:%S", time.localtime(seconds)) + (f".{ms:03d}" if ms else "")
+    return f"Streaming batch {when}" + (f" [output op {operation}]" if operation else "")
+
+
+def stream_input_info(stream_id: int, blocks: list[ReceivedBlockInfo]) -> StreamInputInfo:
+    """What a stream's blocks bring to a batch: records, blocks, bytes, ``store()`` metadata."""
+    metadata = [b.metadata for b in blocks if b.metadata is not None]
+    kept = metadata
+    if len(metadata) > MAX_METADATA_PER_STREAM:  # keep the last: it is the end offset
+        kept = [*metadata[: MAX_METADATA_PER_STREAM - 1], metadata[-1]]
+    return StreamInputInfo(
+        stream_id,
+        sum(b.num_records for b in blocks),
+        len(blocks),
+        sum(b.size_bytes for b in blocks),
+        tuple(kept),
+        len(metadata) - len(kept),
+    )

@@ -8,8 +8,9 @@ listener bus. ``StreamingContext`` is only its public face.
 **Start** and **stop** follow the order docs/architecture.md gives, with its
 reasons: start the block tracker (a recovering driver replays its WAL), the bus,
 the tracker endpoint (tracker core, launcher, outbox, block keepers' registry),
-rate controllers, the job generator, then the receivers and the timer (recovering:
-the timer first), keepers on executors without one and the reader's warm-up.
+rate controllers, the job generator; then keepers on every executor, the batch
+path's warm-up (``driver/batch_reader.py``: its one-time costs are paid before the
+first batch time), the receivers and the timer (recovering: the timer first).
 A graceful stop stops the receivers (they push their last blocks and deregister),
 processes every block received, releases the receivers and keepers, then closes
 the endpoint, the outbox, the WAL, the controllers and the bus; a stop that is not
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.batch_reader import WARM_UP_JOB_GROUP, BatchReader
 from spark_receivers.driver.block_keepers import (
     KEEPER_TRACKER_MESSAGES,
     BlockKeepers,
@@ -42,6 +44,7 @@ from spark_receivers.driver.listener import BlockLostInfo, ListenerBus
 from spark_receivers.driver.rate_controller import RateController, rate_controllers_for
 from spark_receivers.driver.received_block_tracker import open_block_tracker
 from spark_receivers.driver.receiver_launcher import ReceiverLauncher, task_specs
+from spark_receivers.driver.receiver_metrics import ReceiverMetricsTracker
 from spark_receivers.driver.receiver_outbox import ClientFactory, ReceiverOutbox
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
 from spark_receivers.driver.restart_policy import RestartPolicy
@@ -53,12 +56,11 @@ from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.spark import block_source, stream_source
 from spark_receivers.spark.block_fetch import lost_blocks_in
-from spark_receivers.stream import ReceiverInputStream
 from spark_receivers.util.clock import Clock
 from spark_receivers.wal.layout import CheckpointLayout
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,6 @@ __all__ = ["JobScheduler", "LauncherFactory"]
 LauncherFactory = Callable[..., ReceiverLauncher]
 """Makes the launcher: ``(sc, specs, restart_delay_ms, on_fatal, clock)``."""
 
-WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 OFFSET_STREAM_DRAIN_S = 0.5
 """How long a structured stream's receiver serves blocks after it stops when its blocks
 are also in the receiver WAL (queries read them from there once it is gone)."""
@@ -115,14 +116,22 @@ class JobScheduler:
         self._recovery = recovery
         self._lock = threading.Lock()
         self._error: BaseException | None = None
-        self._empty: dict[int, DataFrame] = {}
-        self._read_partitions = block_source.default_read_partitions(
-            spark.sparkContext, len(graph.inputs), config.batch_read_partitions
+        self._batches = BatchReader(
+            spark,
+            secret,
+            self._checkpoint_dir,
+            block_source.default_read_partitions(
+                spark.sparkContext, len(graph.inputs), config.batch_read_partitions
+            ),
+            config.batch_cache,
+            config.lost_block_policy,
+            config.tls,
         )
         self._started = False
         self._stopped = False
         self._keeper_starter: KeeperStarter | None = None
         self.rate_controllers: dict[int, RateController] = {}
+        self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
 
     @property
     def error(self) -> BaseException | None:
@@ -169,6 +178,7 @@ class JobScheduler:
             tls=cfg.tls,
             **self._network.endpoint_kwargs(),
         )
+        self._batches.tracker = self._endpoint.address
         overrides = {}
         if cfg.receiver_wal_enabled:
             # A structured stream's blocks are read whenever a query gets to them, from
@@ -217,7 +227,7 @@ class JobScheduler:
             self._clock,
             cfg.concurrent_jobs,
         )
-        graph.freeze("ACTIVE", self._read_batch, self._source_options)
+        graph.freeze("ACTIVE", self._batches.read, self._source_options)
         if self._checkpoints is not None and self._recovery is None:
             self.write_checkpoint(-1, [])
         # First on the bus, before any receiver can register.
@@ -228,6 +238,8 @@ class JobScheduler:
             self._keeper_starter = keeper_starter(
                 self._spark, graph.receivers, cfg, self.keepers, address, self._secret
             )
+        if graph.batched_ids:
+            self._batches.warm_up(self._network, cfg.warm_up_timeout_s)
         if self._recovery is not None:
             self.job_generator.start(self._recovery)
             self.receiver_tracker.start()
@@ -235,22 +247,10 @@ class JobScheduler:
             self.receiver_tracker.start()
             self.job_generator.start()
         self._started = True
-        threading.Thread(
-            target=self._warm_up_block_reader, name="block-reader-warm-up", daemon=True
-        ).start()
 
     def _publish_rate(self, stream_id: int, rate: float) -> None:
         if not self._stopped:
             self.receiver_tracker.update_rate_limit(stream_id, rate)
-
-    def _warm_up_block_reader(self) -> None:
-        """Start the block reader's Python workers before the first batch needs them."""
-        sc = self._spark.sparkContext
-        try:
-            sc.setJobGroup(WARM_UP_JOB_GROUP, "spark-receivers: warm up the block reader", True)
-            block_source.warm_up(self._spark, self._read_partitions)
-        except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
-            log.debug("block reader warm-up did not finish: %s", e)
 
     # --- the endpoint (gRPC threads) ---------------------------------------------
 
@@ -259,6 +259,8 @@ class JobScheduler:
             return self._offsets.handle(message)
         if isinstance(message, KEEPER_TRACKER_MESSAGES):
             return self.keepers.handle(message)
+        if isinstance(message, m.ReportReceiverMetrics):
+            return self.receiver_metrics.handle(message)
         return self.receiver_tracker.handle(message)
 
     def _check_wal_handle(self, info: m.ReceivedBlockInfo) -> None:
@@ -279,7 +281,7 @@ class JobScheduler:
             "tracker": self._endpoint.address,
             block_source.SECRET_OPTION: self._secret,
             "stream_id": str(stream_id),
-            "max_partitions": str(self._read_partitions),
+            "max_partitions": str(self._batches.read_partitions),
             **block_source.tls_options(self._config.tls),
         }
         if self._checkpoint_dir:
@@ -288,36 +290,14 @@ class JobScheduler:
 
     # --- batches (BatchHooks, batch threads) ------------------------------------------
 
-    def _read_batch(
-        self, stream: ReceiverInputStream, blocks: list[m.ReceivedBlockInfo]
-    ) -> DataFrame:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        if not blocks:
-            df = self._empty.get(stream.stream_id)
-            if df is None:
-                schema = from_arrow_schema(stream.receiver.schema)
-                df = self._empty[stream.stream_id] = self._spark.createDataFrame([], schema)
-            return df
-        return block_source.blocks_dataframe(
-            self._spark,
-            blocks,
-            from_arrow_schema(stream.receiver.schema),
-            self._secret,
-            self._checkpoint_dir,
-            self._read_partitions,
-            self._config.lost_block_policy,
-            self._endpoint.address,
-            tls=self._config.tls,
-        )
-
     def generate_jobs(self, batch_time_ms: int, blocks: Blocks) -> list[OutputOperation]:
         """The batch's output operations (see :class:`StreamGraph`)."""
         return self._graph.generate_jobs(batch_time_ms, blocks)
 
     def batch_finished(self, batch_time_ms: int) -> None:
-        """Forget the batch's DataFrames."""
+        """Forget the batch's DataFrames and drop the rows they kept."""
         self._graph.forget(batch_time_ms)
+        self._batches.release(batch_time_ms)
 
     def batch_failed(self, batch_time_ms: int, error: BaseException) -> None:
         """Report the blocks the batch lost, then fail the context."""

@@ -11,6 +11,10 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_receivers.driver.streaming_progress import StreamingProgress
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,26 @@ class OutputOperationInfo:
 
 
 @dataclass(frozen=True)
+class StreamInputInfo:
+    """What one stream brought to one batch (Spark's ``StreamInputInfo``).
+
+    ``metadata`` holds the ``metadata`` the receiver passed to ``store()`` with the
+    batch's blocks, in block order (blocks stored without any are left out; at most
+    :data:`MAX_METADATA_PER_STREAM`, ``metadata_omitted`` counts the rest).
+    """
+
+    stream_id: int
+    num_records: int
+    num_blocks: int = 0
+    size_bytes: int = 0
+    metadata: tuple[dict[str, Any], ...] = ()
+    metadata_omitted: int = 0
+
+
+MAX_METADATA_PER_STREAM = 100
+
+
+@dataclass(frozen=True)
 class BatchInfo:
     """One batch: its records per stream and its delays (ms; None until known)."""
 
@@ -59,6 +83,8 @@ class BatchInfo:
     processing_start_time_ms: int | None = None
     processing_end_time_ms: int | None = None
     output_operations: dict[int, OutputOperationInfo] = field(default_factory=dict)
+    stream_input_info: dict[int, StreamInputInfo] = field(default_factory=dict)
+    """Per stream: records, blocks, bytes and ``store()`` metadata of the batch."""
 
     @property
     def num_records(self) -> int:
@@ -162,6 +188,13 @@ class StreamingListener:
 
     def on_replication_changed(self, info: ReplicationInfo) -> None:
         """A receiver's blocks got fewer, or again all, of their copies (ReplicationInfo)."""
+
+    def on_batch_progress(self, progress: StreamingProgress) -> None:
+        """A batch completed: its progress, shaped like Structured Streaming's.
+
+        Posted right after :meth:`on_batch_completed` (same bus thread), with what
+        ``ssc.last_progress`` returns (see :class:`~spark_receivers.StreamingProgress`).
+        """
 
 
 class ListenerBus:

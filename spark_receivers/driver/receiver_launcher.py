@@ -282,7 +282,7 @@ class ReceiverLauncher:
         sc = self._sc
         sc.setJobGroup(
             self.job_group(stream_id),
-            f"Streaming job running receiver {stream_id} ({name})",
+            describe_receiver_job(stream_id, name, locations),
             interruptOnCancel=True,
         )
         try:
@@ -293,6 +293,16 @@ class ReceiverLauncher:
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
         return "", ""
+
+
+def describe_receiver_job(stream_id: int, name: str, locations: Sequence[TaskLocation]) -> str:
+    """The Spark UI description of a receiver's job: ``Receiver 0: socket-... on executor 1``."""
+    executors = [loc.executor_id for loc in locations if isinstance(loc, ExecutorCacheTaskLocation)]
+    if executors:
+        where = ("executor " if len(executors) == 1 else "executors ") + ", ".join(executors)
+    else:
+        where = ", ".join(str(loc) for loc in locations) or "any executor"
+    return f"Receiver {stream_id}: {name} on {where}"
 
 
 def summarize_failure(error: BaseException, limit: int = 300) -> str:

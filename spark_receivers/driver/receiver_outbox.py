@@ -117,9 +117,12 @@ class ReceiverOutbox:
             if self._closed:
                 return
             self._closed = True
-        if not self.flush(timeout_s):
+        flushed = self.flush(timeout_s)
+        if not flushed:
             log.warning("receiver outbox closed with %d message(s) undelivered", self.pending())
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Idle pool threads end at once: wait for them then (no thread of ours outlives stop);
+        # a call still running is bounded by its timeout and not waited for.
+        self._pool.shutdown(wait=flushed, cancel_futures=True)
         with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()

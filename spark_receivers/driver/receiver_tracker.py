@@ -1,13 +1,13 @@
 """The driver's receiver tracker: receiver states, registration, the RPC handler.
 
 Spark's ReceiverTracker and its endpoint, without Spark inside: built from plain
-parts (the receivers, a :class:`ReceivedBlockTracker`, a :class:`Launcher` that runs
-receiver jobs — on Spark the :class:`~spark_receivers.driver.receiver_launcher.ReceiverLauncher`
-—, a :class:`ReceiverOutbox` that talks to the supervisors), unit-tested with a fake launcher.
+parts (the receivers, a :class:`ReceivedBlockTracker`, a :class:`Launcher` that
+runs receiver jobs — on Spark the ``ReceiverLauncher`` —, a :class:`ReceiverOutbox`
+that talks to the supervisors), unit-tested with a fake launcher and ``ManualClock``.
 
 :meth:`ReceiverTracker.handle` answers the receivers' remote messages
-(``RegisterReceiver``, ``AddBlock``, ``ReportError``, ``DeregisterReceiver``) on
-gRPC threads; the driver-local commands of
+(``RegisterReceiver``, ``AddBlock``/``AddBlocks``, ``ReportError``,
+``DeregisterReceiver``) on gRPC threads; the driver-local commands of
 :mod:`spark_receivers.driver.tracker_commands` run through :meth:`ReceiverTracker.run`.
 Placement follows the :class:`ReceiverSchedulingPolicy`: a registration from an
 executor the receiver was not scheduled on is refused; a receiver whose job
@@ -15,11 +15,10 @@ ended is relaunched on its old executors if they are alive, else rescheduled.
 Failures are counted under a :class:`RestartPolicy`: a receiver that fails too
 often is not run again and the context fails with the cause.
 
-**No network call under the lock.** One lock guards the receivers' states, held
-only for bookkeeping. Messages to receivers are snapshotted under it and handed
-to the outbox, which sends them on threads of its own; calls to the launcher
-(which may ask the JVM which executors are alive) happen outside it. So a
-receiver that never answers delays nothing but its own messages.
+**No network call under the lock.** One lock guards the receivers' states, held only for
+bookkeeping. Messages to receivers are snapshotted under it and handed to the outbox, which
+sends them on threads of its own; calls to the launcher (which may ask the JVM which
+executors are alive) happen outside it: a receiver that never answers delays only its own.
 
 States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` (receivers told to stop;
 registrations refused) → ``STOPPED``.
@@ -47,7 +46,7 @@ from spark_receivers.driver.scheduling_policy import (
     TaskLocation,
 )
 from spark_receivers.driver.status import ReceiverStatus
-from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts
+from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts, check_block
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -300,6 +299,8 @@ class ReceiverTracker:
         match message:
             case m.AddBlock(block_info=info):
                 return self._add_block(info)
+            case m.AddBlocks(block_infos=infos):
+                return self._add_blocks(infos)
             case m.RegisterReceiver():
                 return self._register(message)
             case m.DeregisterReceiver(stream_id=sid, message=text, error=error):
@@ -318,20 +319,19 @@ class ReceiverTracker:
             raise RpcError(msg)
         return r
 
-    def _add_block(self, info: m.ReceivedBlockInfo) -> bool:
+    def _add_blocks(self, infos: Sequence[m.ReceivedBlockInfo]) -> list[bool]:
+        """Validate every block first (one bad block refuses the call), then add each."""
+        for info in infos:
+            self._check_block(info)
+        return [self._add_block(info, checked=True) for info in infos]
+
+    def _check_block(self, info: m.ReceivedBlockInfo) -> TrackedReceiver:
         r = self._known(info.stream_id)
-        block_id = m.StreamBlockId.parse(info.block_id)
-        if block_id.stream_id != info.stream_id:
-            msg = f"block {info.block_id} does not belong to stream {info.stream_id}"
-            raise RpcError(msg)
-        if info.num_records < 0 or info.size_bytes < 0:
-            msg = f"block {info.block_id} has a negative record count or size"
-            raise RpcError(msg)
-        if info.wal_handle is not None:
-            if self._check_wal_handle is None:
-                msg = f"block {info.block_id} has a WAL handle but the receiver WAL is not enabled"
-                raise RpcError(msg)
-            self._check_wal_handle(info)
+        check_block(info, self._check_wal_handle)
+        return r
+
+    def _add_block(self, info: m.ReceivedBlockInfo, checked: bool = False) -> bool:
+        r = self._receivers[info.stream_id] if checked else self._check_block(info)
         ok = self._block_tracker.add_block(info)
         if ok:
             with self._lock:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
+
 __all__ = ["ReceiverStatus", "StreamingStatus"]
 
 
@@ -37,6 +39,10 @@ class ReceiverStatus:
     last_error: str = ""
     """The last error with its traceback ('' when none)."""
     last_error_time_ms: int = -1
+    metrics: ReceiverMetricsInfo | None = None
+    """What the receiver last reported about itself: bytes, input rate, rate limit,
+    throttled time, bad records, block-store bytes, AddBlock and WAL write latency
+    (None before ``start()`` or with ``spark.receivers.metrics.enabled=false``)."""
 
     @property
     def restarts(self) -> int:

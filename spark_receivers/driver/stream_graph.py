@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["BatchReader", "InputStream", "StreamGraph"]
 
 InputStream = ReceiverInputStream | StructuredReceiverStream
-BatchReader = Callable[[ReceiverInputStream, list["ReceivedBlockInfo"]], "DataFrame"]
-"""Builds a receiver stream's DataFrame of one batch from its blocks (empty list: none)."""
+BatchReader = Callable[[ReceiverInputStream, int, list["ReceivedBlockInfo"]], "DataFrame"]
+"""Builds a receiver stream's DataFrame of one batch (its time in ms) from its blocks (empty
+list: none)."""
 SourceOptions = Callable[[int], dict[str, str]]
 
 
@@ -195,7 +196,8 @@ class StreamGraph:
             raise StateError(msg)
         for stream in self._inputs:
             if isinstance(stream, ReceiverInputStream):
-                stream._set_batch(batch_time_ms, reader(stream, blocks.get(stream.stream_id, [])))
+                df = reader(stream, batch_time_ms, blocks.get(stream.stream_id, []))
+                stream._set_batch(batch_time_ms, df)
         return [
             OutputOperation(i, name, _bind(fn, out, batch_time_ms))
             for i, (out, fn, name) in enumerate(self._outputs)

@@ -8,7 +8,7 @@ holds its lock around every call. The scheduling part of the state is Spark's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from spark_receivers.driver.listener import ReceiverInfo
 from spark_receivers.driver.restart_policy import RestartCounter, RestartPolicy, give_up_error
@@ -19,9 +19,33 @@ from spark_receivers.driver.scheduling_policy import (
     TaskLocation,
 )
 from spark_receivers.driver.status import ReceiverStatus
+from spark_receivers.errors import RpcError
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.rpc import messages as m
 
-__all__ = ["TrackedReceiver", "accepts"]
+__all__ = ["TrackedReceiver", "accepts", "check_block"]
+
+
+def check_block(
+    info: m.ReceivedBlockInfo, check_wal_handle: Callable[[m.ReceivedBlockInfo], None] | None
+) -> None:
+    """Refuse (:class:`RpcError`) a block from the network that is not well formed.
+
+    Its id must be one of its stream's, its counts non-negative, and a WAL handle is
+    only accepted with the receiver WAL on (``check_wal_handle`` then vets it).
+    """
+    block_id = m.StreamBlockId.parse(info.block_id)
+    if block_id.stream_id != info.stream_id:
+        msg = f"block {info.block_id} does not belong to stream {info.stream_id}"
+        raise RpcError(msg)
+    if info.num_records < 0 or info.size_bytes < 0:
+        msg = f"block {info.block_id} has a negative record count or size"
+        raise RpcError(msg)
+    if info.wal_handle is not None:
+        if check_wal_handle is None:
+            msg = f"block {info.block_id} has a WAL handle but the receiver WAL is not enabled"
+            raise RpcError(msg)
+        check_wal_handle(info)
 
 
 @dataclasses.dataclass

@@ -143,6 +143,8 @@ class BlockGenerator:
         self._buffer: list[Any] = []
         self._parts: list[list[Any] | pa.Table] = []
         self._waiting_for_room = False
+        self.waited_for_room_s = 0.0
+        """Seconds adds were held because the push queue was full, in all (metrics)."""
         # Records the rate limiter already let through for add_data, spent under the lock
         # (taking a token per record from the limiter would cost more than the append).
         self._metered = False
@@ -361,8 +363,10 @@ class BlockGenerator:
                 # makes room, or the generator fails.
                 self._waiting_for_room = True
                 self._open = False
+                since = self._clock.monotonic_s()
                 while len(self._queue) >= self._queue_size and self._failure is None:
                     self._space.wait()
+                self.waited_for_room_s += self._clock.monotonic_s() - since
                 self._waiting_for_room = False
                 self._reopen()
                 self._room.notify_all()

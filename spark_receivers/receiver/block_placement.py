@@ -47,12 +47,25 @@ log = logging.getLogger(__name__)
 __all__ = [
     "BlockSink",
     "InProcessSink",
+    "KeeperHoldings",
     "KeeperSink",
     "Placed",
     "effective_level",
     "keeper_settings",
     "keeper_sink",
 ]
+
+
+@dataclass(frozen=True)
+class KeeperHoldings:
+    """What a block keeper holds: bytes in memory and on disk, and blocks (a store's view)."""
+
+    memory_bytes: int = 0
+    disk_bytes: int = 0
+    blocks: int = 0
+
+    def __len__(self) -> int:
+        return self.blocks
 
 
 @dataclass(frozen=True)
@@ -98,9 +111,11 @@ class InProcessSink:
         """Nothing to release."""
 
 
-class _Client(Protocol):
+class _Caller(Protocol):
     def call(self, message: object, timeout_s: float | None = None) -> object: ...
 
+
+class _Client(_Caller, Protocol):
     def put_table(
         self, command: bytes, table: pa.Table, timeout_s: float | None = None
     ) -> None: ...
@@ -124,7 +139,7 @@ class KeeperSink:
         host: str,
         level: StorageLevel,
         local: Callable[[bool], KeeperHandle],
-        tracker: _Client,
+        tracker: _Caller,
         client: Callable[[str], _Client],
         timeout_s: float,
         clock: Clock | None = None,
@@ -192,6 +207,26 @@ class KeeperSink:
                 self._client_of(address).call(m.RemoveBlocks((name,)), self._timeout_s)
             except RpcError:
                 log.warning("could not remove block %s from %s", name, address, exc_info=True)
+
+    def held(self) -> KeeperHoldings:
+        """What this executor's keeper holds now (every receiver's blocks there); zeros if unknown.
+
+        For the receiver's metrics report (once a report interval): a local call, never raising.
+        """
+        keeper = self._keeper
+        if keeper is None:
+            return KeeperHoldings()
+        try:
+            reply = self._client_of(keeper.address).call(m.DescribeKeeper(), self._timeout_s)
+        except RpcError:
+            return KeeperHoldings()
+        if not isinstance(reply, dict):
+            return KeeperHoldings()
+        return KeeperHoldings(
+            int(reply.get("memory_bytes", 0)),
+            int(reply.get("disk_bytes", 0)),
+            int(reply.get("blocks", 0)),
+        )
 
     def stopping(self) -> None:
         """The supervisor stops: its last blocks go where they can, no keeper is started.
@@ -335,7 +370,7 @@ def keeper_sink(
     host: str,
     secret: str,
     level: StorageLevel,
-    tracker: EndpointClient,
+    tracker: _Caller,
     config: StreamingConfig,
     clock: Clock | None = None,
 ) -> KeeperSink:

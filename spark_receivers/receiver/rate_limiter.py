@@ -54,6 +54,12 @@ class RateLimiter:
         self._tokens = 0.0
         self._last = self._now()
         self._changed = threading.Condition(self._lock)
+        self._waited_s = 0.0
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds callers of :meth:`acquire` spent waiting for tokens, in all (metrics)."""
+        return self._waited_s
 
     @property
     def rate(self) -> float | None:
@@ -128,13 +134,20 @@ class RateLimiter:
         if self._rate is None:
             return
         with self._lock:
-            while True:
-                rate = self._rate
-                if rate is None:
-                    return
-                wait_s = self._take(n, rate)
-                if wait_s is None:
-                    return
-                if cancel is not None and cancel.is_set():
-                    return
-                self._clock.wait_on(self._changed, self._last + wait_s)
+            waiting_since: float | None = None
+            try:
+                while True:
+                    rate = self._rate
+                    if rate is None:
+                        return
+                    wait_s = self._take(n, rate)
+                    if wait_s is None:
+                        return
+                    if cancel is not None and cancel.is_set():
+                        return
+                    if waiting_since is None:
+                        waiting_since = self._last
+                    self._clock.wait_on(self._changed, self._last + wait_s)
+            finally:
+                if waiting_since is not None:
+                    self._waited_s += self._now() - waiting_since

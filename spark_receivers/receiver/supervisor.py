@@ -7,8 +7,9 @@ cycle between Started and Stopped while it restarts.
 * ``start()``: start the block generator and the block server, register with
   the driver (a refusal stops the supervisor with the driver's message), then
   ``on_start`` (an exception there stops it with that error).
-* ``stop(message, error)``: ``on_stop``, ``DeregisterReceiver``, drain the block
-  generator (its last blocks are pushed), keep serving the blocks that batches
+* ``stop(message, error)``: ``on_stop``, drain the block generator (its last
+  blocks are pushed and reported), ``DeregisterReceiver`` (so a driver that saw every
+  receiver deregister has every block), keep serving the blocks that batches
   have not read yet — until the driver removed them all, the driver sends
   ``ReleaseReceiver`` (no batch will read them), or ``receiver_drain_timeout_s``
   passes — then release :meth:`await_termination`, which re-raises the
@@ -19,26 +20,24 @@ driver (``StopReceiver``, ``ReleaseReceiver``, ``CleanupOldBlocks``,
 ``RemoveBlocks``, ``UpdateRateLimit``) and serves blocks to batch readers
 (Arrow Flight, authenticated).
 
-Blocks are stored through a :mod:`~spark_receivers.receiver.block_handler`
-into a :mod:`~spark_receivers.receiver.block_placement` sink — the block keeper
-of this executor and, for a ``_2`` storage level, one on another executor (the
-task's own block store when ``spark.receivers.blockKeeper.enabled`` is false) —
-and into the receiver write-ahead log in parallel when ``receiver_wal_enabled``
-(replication then drops to 1, as in Spark). A block whose storing failed is
-never reported to the driver; ``AddBlock`` names every copy.
+Storing is its :class:`~spark_receivers.receiver.block_pusher.BlockPusher`'s job:
+blocks go through a :mod:`~spark_receivers.receiver.block_handler` into a
+:mod:`~spark_receivers.receiver.block_placement` sink — the block keeper of this
+executor and, for a ``_2`` storage level, one on another executor (the task's own
+block store when ``spark.receivers.blockKeeper.enabled`` is false) — and into the
+receiver write-ahead log in parallel when ``receiver_wal_enabled`` (replication then
+drops to 1, as in Spark). A block whose storing failed is never reported to the
+driver; ``AddBlock`` names every copy.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 import logging
 import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
-
-import pyarrow as pa
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ReceiverError, StateError
@@ -55,11 +54,19 @@ from spark_receivers.receiver.block_placement import (
     effective_level,
     keeper_sink,
 )
+from spark_receivers.receiver.block_pusher import BlockPusher
+from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.block_server import BlockServer, server_settings
 from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.metrics import (
+    MeteredTrackerClient,
+    MetricsReporter,
+    ReceiverMetrics,
+    meter_wal,
+)
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
-from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
+from spark_receivers.receiver.schema import is_default
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.util import fault_plan
@@ -86,7 +93,8 @@ def describe_error(error: BaseException | None) -> str:
 class ReceiverSupervisor:
     """Supervises one receiver in its task; see the module doc for the lifecycle.
 
-    Thread-safe. ``add_record``/``add_records``/``push_table`` are called by the
+    Thread-safe. ``add_record``/``add_records``/``push_table`` (its
+    :class:`~spark_receivers.receiver.block_pusher.BlockPusher`'s) are called by the
     receiver's threads through :meth:`Receiver.store`.
     """
 
@@ -110,14 +118,16 @@ class ReceiverSupervisor:
         self.executor_id = executor_id
         self.host = host
         self._clock = clock or SystemClock()
-        self._session = self._clock.get_time_ms()
-        self._seq = itertools.count()
-        self._schema = receiver.schema
-        self._default_schema = is_default(self._schema)
         self.storage_level = effective_level(receiver.storage_level, config, stream_id)
         self.block_store = BlockStore(self.storage_level, config.block_store_budget_bytes)
-        self._tracker = fault_plan.cut_client(
-            EndpointClient(tracker_address, secret, tls=config.tls), config, stream_id
+        # Metrics are counted around the push path, not in it (receiver/metrics.py).
+        self.metrics = ReceiverMetrics()
+        self._tracker = MeteredTrackerClient(
+            fault_plan.cut_client(
+                EndpointClient(tracker_address, secret, tls=config.tls), config, stream_id
+            ),
+            self.metrics,
+            self._clock,
         )
         sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
         if config.block_keeper_enabled:
@@ -132,6 +142,10 @@ class ReceiverSupervisor:
             )
         else:
             self.block_handler = BlockStoreBasedBlockHandler(sink)
+        # Blocks are reported several per call when the driver is slow (block_reporter.py).
+        self._reporter = BlockReporter(
+            self._tracker.call, 2 * config.block_queue_size, name=f"block-reporter-{stream_id}"
+        )
         self._server = BlockServer(
             stream_id,
             host,
@@ -146,33 +160,58 @@ class ReceiverSupervisor:
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
         self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=self._clock)
-        self._generator = BlockGenerator(
+        self._pusher = pusher = BlockPusher(
+            stream_id,
+            receiver.schema,
+            self.block_handler,
+            self._reporter,
+            self.rate_limiter,
+            self._clock,
+            lambda: self.endpoint,
+            self.on_error,
+        )
+        self._generator = pusher.generator = BlockGenerator(
             self,
-            self._next_block_id,
+            pusher.next_block_id,
             config.block_interval_ms,
             config.block_queue_size,
             self.rate_limiter,
             self._clock,
             name=f"block-generator-{stream_id}",
         )
+        meter_wal(self.block_handler, self.metrics, self._clock)
+        interval_ms = config.metrics_report_interval_ms if config.metrics_enabled else 0
+        self._metrics_reporter = MetricsReporter(
+            self._metrics_report, self._tracker.call, interval_ms, self._clock,
+            name=f"receiver-{stream_id}-metrics",
+        )  # fmt: skip
         self._lock = threading.RLock()
         self._state = SupervisorState.INITIALIZED
         self._receiver_state = SupervisorState.INITIALIZED
         self._terminated = threading.Event()
         self._stopping_error: BaseException | None = None
         self._stop_message = ""
-        self.records_stored = 0
-        self.blocks_pushed = 0
-        # Receiver.store of one str with the default schema goes straight here.
+        # What Receiver.store reaches (block_pusher.py); one str with the default schema
+        # goes straight to the generator.
+        self.add_record = pusher.add_record
+        self.add_records = pusher.add_records
+        self.push_table = pusher.push_table
         self.add_text: Callable[[str], None] | None = (
-            self._generator.add_data if self._default_schema else None
+            self._generator.add_data if is_default(receiver.schema) else None
         )
-        # pyarrow imports pandas on its first conversion of a Python list (~1 s under
-        # the GIL): pay that here, not in the first block's push while the receiver stores.
-        records_to_table([], self._schema)
         receiver._attach(self, stream_id)
 
     # --- lifecycle ----------------------------------------------------------
+
+    @property
+    def records_stored(self) -> int:
+        """Records in the blocks the driver accepted."""
+        return self._pusher.records_stored
+
+    @property
+    def blocks_pushed(self) -> int:
+        """Blocks the driver accepted."""
+        return self._pusher.blocks_pushed
 
     @property
     def endpoint(self) -> str:
@@ -198,6 +237,7 @@ class ReceiverSupervisor:
                 ).start()
                 return
         self._generator.start()
+        self._metrics_reporter.start()
         self._start_receiver()
 
     def _start_receiver(self) -> None:
@@ -237,7 +277,13 @@ class ReceiverSupervisor:
                 target=self.stop, args=("Error starting receiver", e), daemon=True
             ).start()
 
-    def _stop_receiver(self, message: str, error: BaseException | None) -> None:
+    def _stop_receiver(
+        self,
+        message: str,
+        error: BaseException | None,
+        drain: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_stop``, then ``drain()`` if given, then ``DeregisterReceiver``."""
         with self._lock:
             if self._receiver_state is not SupervisorState.STARTED:
                 return
@@ -247,6 +293,8 @@ class ReceiverSupervisor:
             self.receiver.on_stop()
         except Exception:
             log.exception("receiver %s failed in on_stop", self.stream_id)
+        if drain is not None:
+            drain()
         try:
             self._tracker.call(m.DeregisterReceiver(self.stream_id, message, describe_error(error)))
         except Exception:
@@ -262,14 +310,22 @@ class ReceiverSupervisor:
             self._stop_message = message
         if isinstance(self._sink, KeeperSink):
             self._sink.stopping()
-        self._stop_receiver(message, error)
-        self._generator.stop()
+        # Every block reported before the deregistration: a driver stopping gracefully
+        # processes what its receivers reported once they have all deregistered.
+        self._stop_receiver(message, error, drain=self._drain)
+        self._drain()  # a receiver that never started did not drain above
+        self._metrics_reporter.stop()  # the final totals, with the last blocks
         self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
         self.block_handler.close()
         self._tracker.close()
         self._terminated.set()
+
+    def _drain(self) -> None:
+        """Push the generator's last blocks and wait for the driver's answers; idempotent."""
+        self._generator.stop()
+        self._reporter.close(self.config.receiver_drain_timeout_s)
 
     def restart_receiver(
         self, message: str, error: BaseException | None, delay_ms: int | None
@@ -310,96 +366,20 @@ class ReceiverSupervisor:
                 "could not report error of receiver %s: %s", self.stream_id, message, exc_info=True
             )
 
-    # --- storing --------------------------------------------------------------
-
-    def add_record(
-        self, record: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
-    ) -> None:
-        """Store one record through the block generator (or as its own block if reliable)."""
-        if not (self._default_schema and type(record) is str):
-            check_record(record, self._schema)
-        if reliable:
-            self._push_records_now([record], metadata)
-        elif metadata is None:
-            self._generator.add_data(record)
-        else:
-            self._generator.add_data_with_callback(record, metadata)
-
-    def add_records(
-        self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
-    ) -> None:
-        """Store many records (one block of their own if reliable)."""
-        if reliable or metadata is not None:
-            for r in records:
-                check_record(r, self._schema)
-            self._push_records_now(records, metadata)
-        elif self._default_schema:
-            # Converting is the type check (in C); a failure names the bad record.
-            table = records_to_table(records, self._schema)
-            self._generator.add_table(table)
-        else:
-            for r in records:
-                check_record(r, self._schema)
-            self._generator.add_many(records)
-
-    def push_table(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
-        """Store an Arrow batch/table or a pandas frame.
-
-        Through the block generator (one block per interval, tables joined without
-        copying) unless ``reliable`` or with ``metadata``: then a block of its own.
-        """
-        table = to_table(data, self._schema)
-        if table.num_rows == 0:
-            return
-        if not reliable and metadata is None:
-            self._generator.add_table(table)
-            return
-        self.rate_limiter.acquire(table.num_rows)
-        self._push_block(self._next_block_id(), table, metadata, self._clock.get_time_ms())
-
-    def _push_records_now(self, records: list[Any], metadata: dict[str, Any] | None) -> None:
-        if not records:
-            return
-        table = records_to_table(records, self._schema)
-        self.rate_limiter.acquire(len(records))
-        self._push_block(self._next_block_id(), table, metadata, self._clock.get_time_ms())
-
-    def _next_block_id(self) -> m.StreamBlockId:
-        return m.StreamBlockId(self.stream_id, self._session, next(self._seq))
-
-    def _push_block(
-        self,
-        block_id: m.StreamBlockId,
-        table: pa.Table,
-        metadata: dict[str, Any] | None,
-        generated_ms: int,
-    ) -> None:
-        name = block_id.name
-        # Raises (no AddBlock) when the block store or the WAL failed.
-        stored = self.block_handler.store_block(name, table, generated_ms)
-        first, *replicas = stored.locations or (self.endpoint,)
-        info = m.ReceivedBlockInfo(
-            stream_id=self.stream_id,
-            block_id=name,
-            num_records=stored.num_records,
-            generated_ms=generated_ms,
-            store_endpoint=first,
-            size_bytes=stored.size_bytes,
-            wal_handle=stored.wal_handle,
-            metadata=metadata,
-            replica_endpoints=tuple(replicas),
+    def _metrics_report(self) -> m.ReportReceiverMetrics:
+        # With block keepers the blocks are in this executor's keeper (shared by its
+        # receivers), not in the task's own store.
+        sink = self._sink
+        held = sink.held() if isinstance(sink, KeeperSink) else self.block_store
+        return self.metrics.report(
+            self.stream_id,
+            self._pusher.session,
+            self.executor_id,
+            self.rate_limiter,
+            self._generator.waited_for_room_s,
+            self.receiver,
+            held,
         )
-        try:
-            ok = self._tracker.call(m.AddBlock(info))
-        except Exception:
-            self.block_handler.remove_block(stored)
-            raise
-        if not ok:
-            self.block_handler.remove_block(stored)
-            msg = f"Failed to add block {name} to receiver tracker"
-            raise ReceiverError(msg)
-        self.records_stored += table.num_rows
-        self.blocks_pushed += 1
 
     # --- BlockGeneratorListener -------------------------------------------------
 
@@ -410,13 +390,8 @@ class ReceiverSupervisor:
         """Nothing to do when a block is cut."""
 
     def on_push_block(self, block: Block) -> None:
-        """Convert the cut records to Arrow, store and report them."""
-        tables = [
-            part if isinstance(part, pa.Table) else records_to_table(part, self._schema)
-            for part in block.parts
-        ]
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        self._push_block(block.block_id, table, None, block.generated_ms)
+        """Store and report a cut block (the pusher thread)."""
+        self._pusher.push_cut_block(block)
 
     def on_error(self, message: str, error: BaseException) -> None:
         """A block could not be pushed: tell the driver."""

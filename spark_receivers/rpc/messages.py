@@ -5,22 +5,17 @@ receiver's supervisor (:data:`SupervisorMessage`) are kept apart from the
 driver-local commands (those live in ``driver/tracker_commands.py``), as Spark
 keeps ``ReceiverTrackerMessage`` apart from ``ReceiverTrackerLocalMessage``.
 
-Encoding is JSON with a fixed schema: :func:`decode` checks the message type is
-one the endpoint accepts, that every field is present with the declared type and
-that the size is within ``max_message_bytes``. Nothing received is ever
-unpickled or evaluated.
+Encoding is JSON with a fixed schema (:mod:`spark_receivers.rpc.codec`): a
+message is checked against the classes an endpoint accepts, field by field.
+Nothing received is ever unpickled or evaluated.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
-import types
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any
 
 from spark_receivers.errors import RpcError
 
@@ -133,6 +128,18 @@ class AddBlock:
 
 
 @dataclass(frozen=True)
+class AddBlocks:
+    """A supervisor reports stored blocks, in the order it stored them.
+
+    Replied with one bool per block, in the same order. The blocks that piled up
+    while the previous call was in flight travel together (see
+    ``receiver/block_reporter.py``).
+    """
+
+    block_infos: tuple[ReceivedBlockInfo, ...]
+
+
+@dataclass(frozen=True)
 class ReportError:
     """A receiver reports an error; one-way."""
 
@@ -185,6 +192,43 @@ class ReportLostBlock:
     block_id: str
     num_records: int
     reason: str
+
+
+@dataclass(frozen=True)
+class LatencyCounts:
+    """A latency histogram: counts per bucket of ``util.histogram.LATENCY_BUCKETS_S``, sum."""
+
+    counts: tuple[int, ...]
+    sum_s: float
+
+
+@dataclass(frozen=True)
+class ReportReceiverMetrics:
+    """A supervisor's counters since it started (``session``), every report interval; one-way.
+
+    Counts are totals of the session (the driver adds the sessions of a receiver up);
+    ``rate_limit``/``max_rate`` None mean unlimited; ``throttled_s`` is the time
+    ``store()`` waited for rate-limit tokens or for room in the block queue.
+    """
+
+    stream_id: int
+    session: int
+    executor_id: str
+    records: int
+    bytes: int
+    blocks: int
+    blocks_refused: int
+    records_refused: int
+    rate_limit: float | None
+    max_rate: float | None
+    throttled_s: float
+    bad_records: int
+    bad_record_policy: str
+    store_memory_bytes: int
+    store_disk_bytes: int
+    store_blocks: int
+    add_block_latency: LatencyCounts
+    wal_write_latency: LatencyCounts
 
 
 # --- remote messages to the tracker from a Structured Streaming reader --------
@@ -283,12 +327,14 @@ class DescribeKeeper:
 TrackerMessage = (
     RegisterReceiver
     | AddBlock
+    | AddBlocks
     | ReportError
     | DeregisterReceiver
     | RegisterBlockKeeper
     | GetReplicaTargets
     | ReportReplication
     | ReportLostBlock
+    | ReportReceiverMetrics
     | DescribeStream
     | StreamOffsets
     | AllocateOffsets
@@ -305,110 +351,3 @@ TRACKER_MESSAGES: tuple[type, ...] = typing.get_args(TrackerMessage)
 KEEPER_MESSAGES: tuple[type, ...] = typing.get_args(KeeperMessage)
 SUPERVISOR_MESSAGES: tuple[type, ...] = typing.get_args(SupervisorMessage)
 
-T = TypeVar("T")
-
-
-def encode(message: Any) -> bytes:
-    """Encode a message dataclass as JSON bytes."""
-    return json.dumps(dataclasses.asdict(message), separators=(",", ":")).encode()
-
-
-def decode(kind: str, body: bytes, allowed: tuple[type, ...], max_bytes: int) -> Any:
-    """Decode ``body`` as the message named ``kind`` among ``allowed``.
-
-    Raises :class:`RpcError` naming what was wrong: an unknown type, an oversized
-    body, invalid JSON, a missing, unknown or mistyped field.
-    """
-    if len(body) > max_bytes:
-        msg = f"{kind} message of {len(body)} bytes exceeds max_message_bytes={max_bytes}"
-        raise RpcError(msg)
-    cls = next((c for c in allowed if c.__name__ == kind), None)
-    if cls is None:
-        names = ", ".join(c.__name__ for c in allowed)
-        msg = f"unknown message type {kind[:80]!r}; this endpoint accepts {names}"
-        raise RpcError(msg)
-    try:
-        raw = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        msg = f"{kind} body is not valid JSON: {e}"
-        raise RpcError(msg) from None
-    return _build(cls, raw, kind)
-
-
-def _build(cls: type[T], raw: Any, where: str) -> T:
-    if not isinstance(raw, dict):
-        msg = f"{where} must be a JSON object, got {type(raw).__name__}"
-        raise RpcError(msg)
-    hints, fields = _shape(cls)
-    unknown = set(raw) - set(fields)
-    if unknown:
-        msg = f"{where} has unknown field(s) {sorted(unknown)[:5]}"
-        raise RpcError(msg)
-    values = {}
-    for name, f in fields.items():
-        if name not in raw:
-            if f.default is not dataclasses.MISSING:
-                continue
-            msg = f"{where} is missing field {name!r}"
-            raise RpcError(msg)
-        values[name] = _check(hints[name], raw[name], f"{where}.{name}")
-    return cls(**values)
-
-
-_Shape = tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]
-_SHAPES: dict[type, _Shape] = {}
-
-
-def _shape(cls: type) -> _Shape:
-    """A message class's resolved field types and fields (resolving types is slow: once)."""
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        shape = _SHAPES[cls] = (typing.get_type_hints(cls), fields)
-    return shape
-
-
-_SCALAR_CHECKS: dict[Any, Callable[[Any], bool]] = {
-    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    str: lambda v: isinstance(v, str),
-    bool: lambda v: isinstance(v, bool),
-}
-
-
-def _check(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _check(inner[0], value, where)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)  # type: ignore[arg-type]
-    if origin is tuple:
-        (item,) = typing.get_args(tp)[:1]
-        if not isinstance(value, list):
-            msg = f"{where} must be a list, got {type(value).__name__}"
-            raise RpcError(msg)
-        return tuple(_check(item, v, f"{where}[]") for v in value)
-    if origin is dict:
-        if not isinstance(value, dict):
-            msg = f"{where} must be an object, got {type(value).__name__}"
-            raise RpcError(msg)
-        return value
-    ok = _SCALAR_CHECKS.get(tp)
-    if ok is None or not ok(value):
-        msg = f"{where} must be {getattr(tp, '__name__', tp)}, got {value!r:.60}"
-        raise RpcError(msg)
-    return float(value) if tp is float else value
-
-
-def json_reply(value: Any) -> bytes:
-    """Encode a handler's reply (None, bool, number, str, list or dict) as JSON."""
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def json_unreply(body: bytes) -> Any:
-    """Decode a reply encoded by :func:`json_reply`."""
-    return json.loads(body.decode("utf-8"))

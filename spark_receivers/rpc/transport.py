@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
-from spark_receivers.rpc import messages
+from spark_receivers.rpc import codec
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, sign
 from spark_receivers.rpc.hosts import WILDCARD_HOSTS, local_host
 from spark_receivers.rpc.tls import TlsConfig
@@ -173,7 +173,7 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         body = action.body.to_pybytes() if action.body is not None else b""
         self._check(context, "DoAction", kind, body)
         try:
-            message = messages.decode(kind, body, self._accepted, self._max_message_bytes)
+            message = codec.decode(kind, body, self._accepted, self._max_message_bytes)
         except RpcError as e:
             log.warning("%s refused a bad %s message: %s", self._name, kind[:80], e)
             raise flight.FlightServerError(str(e)) from None
@@ -185,7 +185,7 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
             log.exception("%s failed to handle %s", self._name, kind)
             msg = f"{self._name} failed to handle {kind}: {e}"
             raise flight.FlightServerError(msg) from None
-        yield flight.Result(pa.py_buffer(messages.json_reply(reply)))
+        yield flight.Result(pa.py_buffer(codec.json_reply(reply)))
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.RecordBatchStream:
         """Stream the block named by ``ticket``."""
@@ -267,7 +267,7 @@ class EndpointClient:
 
     def call(self, message: Any, timeout_s: float | None = None) -> Any:
         """Send a control message and return its decoded JSON reply."""
-        kind, body = type(message).__name__, messages.encode(message)
+        kind, body = type(message).__name__, codec.encode(message)
         action = flight.Action(kind, body)
         options = self._options("DoAction", kind, body, timeout_s)
         try:
@@ -278,7 +278,7 @@ class EndpointClient:
         except (flight.FlightError, OSError) as e:
             msg = f"{kind} to {self.address} failed: {e}"
             raise RpcError(msg) from e
-        return messages.json_unreply(results[0].body.to_pybytes()) if results else None
+        return codec.json_unreply(results[0].body.to_pybytes()) if results else None
 
     def ping(self, timeout_s: float | None = None) -> int:
         """An authenticated ``ListActions`` call; return how many actions the endpoint lists."""

@@ -225,21 +225,3 @@ def blocks_dataframe(
     if tracker:
         reader = reader.option("tracker", tracker)
     return reader.options(**tls_options(tls)).load()
-
-
-def warm_up(spark: SparkSession, partitions: int) -> int:
-    """Read nothing through the data source on ``partitions`` tasks; return the rows (0).
-
-    The first read through a Python data source starts its Python workers and
-    imports what they need (seconds); the context runs this once at start, off
-    the batch path, so the first batch with data does not pay for it.
-    """
-    return (
-        spark.read.format(FORMAT)
-        .schema("value string")
-        .option("blocks", "[]")
-        .option(SECRET_OPTION, "")
-        .option("max_partitions", str(max(1, partitions)))
-        .load()
-        .count()
-    )

@@ -1,9 +1,10 @@
 """The optional libraries of the built-in receivers and the extras that install them.
 
 ``pip install spark-receivers`` brings what every receiver needs; a receiver
-that talks to a broker or serves HTTP needs one more library, installed by an
-extra: ``spark-receivers[http]`` (aiohttp), ``[redis]`` (redis), ``[mqtt]``
-(paho-mqtt), or ``[all]``. Such a receiver lists what it needs in
+that talks to a broker needs one more library, installed by an extra:
+``spark-receivers[redis]`` (redis), ``[mqtt]`` (paho-mqtt), or ``[all]``.
+(``[http]`` is kept for old install lines: aiohttp, which the HTTP receiver and
+the driver's status page use, is a core dependency now.) Such a receiver lists what it needs in
 ``requires`` (a :class:`Requirement` per library); it is imported when the
 receiver starts, on the executor, and a missing one raises
 :class:`~spark_receivers.errors.MissingDependencyError` naming the extra

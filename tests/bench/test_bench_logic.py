@@ -174,9 +174,9 @@ def test_percentile_nearest_rank():
 def test_summarize_merges_client_reports():
     reports = [
         {"offered": 10, "latencies_ms": [1.0, 2.0], "lags_ms": [0.0, 1.0], "failed": 1,
-         "first_error": None, "cpu_s": 0.5},
+         "first_error": None, "cpu_s": 0.5, "calls": 1},
         {"offered": 10, "latencies_ms": [3.0], "lags_ms": [5.0], "failed": 0,
-         "first_error": "RpcError: x", "cpu_s": 0.5},
+         "first_error": "RpcError: x", "cpu_s": 0.5, "calls": 1},
     ]  # fmt: skip
     r = summarize(
         supervisors=4, rate=5.0, clients=2, seconds=2.0, reports=reports, accepted=3,
@@ -187,7 +187,9 @@ def test_summarize_merges_client_reports():
     assert r.driver_cpu_pct == 50.0 and r.clients_cpu_pct == 50.0
     assert r.first_error == "RpcError: x"
     text = render_tracker_section([r], machine=MACHINE, command="c", when=WHEN)
-    assert "| 4 x 5 | 20 | 2 | 1 |" in text and "RpcError: x" in text
+    # 1.5 blocks/s accepted in 1 call/s (1.5 blocks per call); far below the 5,000/s target.
+    assert "| 4 x 5 | 20 | 2 | **no** | 1 | 1.5 | 1 |" in text and "RpcError: x" in text
+    assert "through the real endpoint" in text
 
 
 def test_tracker_result_rates_with_zero_window():
@@ -316,3 +318,39 @@ def test_latency_bench_percentiles_and_verdict_rendering():
           "target_ms": 900, "met": False}],
     )  # fmt: skip
     assert table.splitlines()[-1].endswith("| p50 ≤ 900 ms | NO |")
+
+
+# -- issue 20: cold start, repeated actions, generated sections only -------------------------------
+
+
+def test_generated_notes_hold_only_what_the_run_measured():
+    notes = throughput_notes([step("dstream", load_1m=1.0)])
+    assert "hand-written" not in notes and "kept across runs" not in notes
+
+
+def test_steady_from_is_the_time_after_which_every_delay_stays_under_the_interval():
+    from bench.cold_start import steady_from
+
+    def series(*delays: float) -> list[tuple[float, float, float, int]]:
+        return [(float(t), d, 500.0, 10) for t, d in enumerate(delays, start=-1)]
+
+    # A batch before the first record (t = -1) does not count; the backlog drains at 3 s.
+    assert steady_from(series(5_000, 4_000, 2_500, 1_200, 900, 10, 0), 1000) == 3.0
+    assert steady_from(series(0, 0, 0), 1000) == 0.0
+    assert steady_from(series(0, 0, 1_500), 1000) == float("inf")  # still behind at the end
+    assert steady_from(series(0, 0, 0, 1_200, 0), 1000) == 3.0  # a relapse restarts the clock
+
+
+def test_repeated_actions_section_compares_first_and_second_and_judges_the_empty_batch():
+    from bench.repeated_actions import render_repeated_section
+
+    cases = [
+        {"rate": 100, "cache": True, "batches": 5, "lines_p50": 100.0, "first_p50_ms": 400.0,
+         "second_p50_ms": 100.0, "count_p50_ms": 40.0, "batch_p50_ms": 560.0,
+         "batch_p99_ms": 700.0},
+        {"rate": 0, "cache": True, "batches": 9, "first_p50_ms": 30.0, "second_p50_ms": 0.0,
+         "count_p50_ms": 20.0, "batch_p50_ms": 120.0, "batch_p99_ms": 150.0},
+    ]  # fmt: skip
+    text = render_repeated_section(cases, machine=MACHINE, command="c", when=WHEN)
+    assert "| on | 100 | 5 | 100 | 400 ms | 100 ms | 0.25 | 40 ms | 560 ms / 700 ms |" in text
+    assert "| on | 9 | 120 ms | 150 ms | **no** |" in text

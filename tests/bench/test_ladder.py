@@ -9,15 +9,26 @@ from pathlib import Path
 # bench/ is a top-level directory of the repository, not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import itertools
+
 from bench.child import BatchRecorder
 from bench.harness import (
     SESSION_OVERHEAD_S,
     BatchSample,
     SessionResult,
     StepResult,
-    headlines,
-    run_ladder,
+    delay_slope,
     summarize_step,
+)
+from bench.ladder import (
+    Capacity,
+    Target,
+    capacities,
+    judge_targets,
+    ratio_bounds,
+    render_ratios,
+    run_ladder,
+    rung_grid,
 )
 
 RATE = 1_000  # lines/s; one line sent every millisecond from t = 0
@@ -27,12 +38,23 @@ def send_time(seq: int) -> float:
     return seq / RATE
 
 
-def batches(until_s: int, *, delay_ms: float = 0.0, lines: int = RATE) -> list[BatchSample]:
-    """One batch per second, cut at t = 1, 2, ..., each holding the lines of its second."""
-    return [
-        BatchSample(t, float(t), t + 0.5 + delay_ms / 1000, lines, 500.0, delay_ms)
-        for t in range(1, until_s + 1)
-    ]
+def batches(
+    until_s: int,
+    *,
+    delay_ms: float = 0.0,
+    lines: int = RATE,
+    processing_ms: float = 500.0,
+    growth_ms: float = 0.0,
+) -> list[BatchSample]:
+    """One batch per second, cut at t = 1, 2, ..., each holding the lines of its second.
+
+    ``growth_ms``: the scheduling delay grows by that much per batch, from ``delay_ms``.
+    """
+    out = []
+    for t in range(1, until_s + 1):
+        delay = delay_ms + growth_ms * t
+        out.append(BatchSample(t, float(t), t + 0.5 + delay / 1000, lines, processing_ms, delay))
+    return out
 
 
 def judge(step: int, seen: list[BatchSample], **kwargs: object) -> StepResult:
@@ -78,7 +100,35 @@ def test_a_step_whose_lines_are_not_processed_yet_is_not_sustained():
 def test_scheduling_delay_past_one_interval_fails_the_step():
     second = judge(1, batches(23, delay_ms=1_200))
     assert not second.sustained
-    assert "scheduling delay reached 1,200 ms" in second.reason
+    assert "scheduling delay reached 1,200 ms in the last third" in second.reason
+
+
+def test_a_p50_processing_time_at_the_interval_fails_the_step_even_without_delay():
+    # The WAL-on 600k step of the old ladder: every batch a little over a second, no
+    # delay recorded yet. Not sustained: the backlog would build.
+    second = judge(1, batches(23, processing_ms=1_027.0))
+    assert not second.sustained
+    assert "batch p50 1,027 ms >= the 1,000 ms interval" in second.reason
+
+
+def test_a_growing_delay_fails_the_step_while_still_under_one_interval():
+    # 30 ms more per batch: 600-690 ms in the last third, under the interval but growing.
+    second = judge(1, batches(23, growth_ms=30.0))
+    assert not second.sustained
+    assert "growing (30 ms per s)" in second.reason
+    assert second.extra["delay_growth_ms_per_s"] == 30.0
+    # A flat delay with one spike is not growth.
+    flat = [
+        BatchSample(b.batch_id, b.batch_time_s, b.completed_s, b.lines, 500.0,
+                    150.0 if b.batch_id == 18 else 5.0)
+        for b in batches(23)
+    ]  # fmt: skip
+    assert judge(1, flat).sustained
+
+
+def test_delay_slope_is_the_least_squares_slope():
+    assert delay_slope(batches(5, growth_ms=10.0)) == 10.0 / 1000
+    assert delay_slope(batches(1)) is None
 
 
 def test_a_receiver_that_pushes_back_fails_the_step():
@@ -112,13 +162,12 @@ class FakeSystem:
         batch_interval_s: float = 1.0,
         master: str = "local[4]",
         *,
-        ingest_only: bool = False,
+        pipeline: str = "wordcount",
         budget_s: float | None = None,
         on_step: Callable[[StepResult], None] | None = None,
     ) -> SessionResult:
         self.budgets.append(budget_s)
         out = SessionResult()
-        pipeline = "ingest" if ingest_only else "wordcount"
         for i, rate in enumerate(rates):
             if budget_s is not None and (i + 1) * self.cost_s > budget_s:
                 out.cut_rates = list(rates[i:])
@@ -134,9 +183,77 @@ class FakeSystem:
         return out
 
 
+def test_rungs_are_geometric_and_never_more_than_the_ratio_apart():
+    grid = rung_grid(10_000, 4_000_000)
+    assert grid[0] == 10_000 and grid[-2] < 4_000_000 <= grid[-1]
+    assert all(1.2 < b / a <= 1.25 for a, b in itertools.pairwise(grid))
+
+
+def test_coarse_then_fine_sessions_give_every_system_the_same_rungs(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
+    grid = rung_grid(100, 10_000)  # 100, 125, 156, 195, 243, 303, 378, 472, 590, ...
+    weak = FakeSystem(200, clock, cost_s=10.0)
+    strong = FakeSystem(500, clock, cost_s=10.0)
+    result = run_ladder({"weak": weak, "strong": strong}, grid, 10.0, coarse_every=4)
+    # Coarse: every 4th rung until the first failure; fine: every rung from the last
+    # coarse rung that held (the fresh JVM's warm-up step), until its first failure.
+    steps = [(s.extra["phase"], s.offered_rate, s.sustained) for s in result.steps]
+    assert steps == [
+        ("coarse", 100, True), ("coarse", 243, False),  # weak
+        ("fine", 100, True), ("fine", 125, True), ("fine", 156, True), ("fine", 195, True),
+        ("fine", 243, False),
+        ("coarse", 100, True), ("coarse", 243, True), ("coarse", 590, False),  # strong
+        ("fine", 243, True), ("fine", 303, True), ("fine", 378, True), ("fine", 472, True),
+        ("fine", 590, False),
+    ]  # fmt: skip
+
+
+def test_capacities_and_ratios_are_bounds_from_held_and_failed_rungs():
+    def step(system: str, rate: int, ok: bool) -> StepResult:
+        return StepResult(system, "wordcount", rate, 10.0, 1, 1, sustained=ok)
+
+    steps = [
+        step("ours", 400, True), step("ours", 500, False),
+        step("peer", 100, True), step("peer", 125, False),
+        step("top", 900, True),  # never failed: no upper bound
+    ]  # fmt: skip
+    caps = {c.system: c for c in capacities(steps)}
+    assert caps["ours"] == Capacity("ours", "wordcount", 400, 500)
+    assert caps["top"].hi is None and caps["top"].label() == "[900, not reached)"
+    assert ratio_bounds(caps["ours"], caps["peer"]) == (400 / 125, 500 / 100)
+    assert ratio_bounds(caps["top"], caps["peer"])[1] == float("inf")
+    table = render_ratios(list(caps.values()))
+    assert "| ours | 1 | [3.20x, 5.00x] |" in table
+    verdicts = judge_targets(
+        list(caps.values()),
+        [
+            Target("wordcount", "ours", "peer", 3.0),  # 3.2 >= 3: met
+            Target("wordcount", "ours", "peer", 5.0),  # straddles
+            Target("wordcount", "peer", "ours", 0.9),  # at most 0.31: not met
+            Target("two_action", "ours", "peer", 3.0),  # not run
+        ],
+    )
+    lines = verdicts.splitlines()
+    assert lines[2].endswith("| met |")
+    assert "undecided" in lines[3]
+    assert "**not met**" in lines[4]
+    assert "not measured" in lines[5]
+
+
+def test_a_noisy_rung_above_the_failure_is_flagged_not_counted():
+    steps = [
+        StepResult("s", "wordcount", 100, 10.0, 1, 1, sustained=True),
+        StepResult("s", "wordcount", 125, 10.0, 1, 1, sustained=False),
+        StepResult("s", "wordcount", 156, 10.0, 1, 1, sustained=True),
+    ]
+    (cap,) = capacities(steps)
+    assert (cap.lo, cap.hi, cap.noisy) == (100, 125, True)
+
+
 def test_sessions_share_the_budget_and_pass_on_what_they_leave(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr("bench.harness.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
     weak = FakeSystem(10, clock, cost_s=10.0)
     strong = FakeSystem(1_000, clock, cost_s=10.0)
     result = run_ladder(
@@ -146,6 +263,8 @@ def test_sessions_share_the_budget_and_pass_on_what_they_leave(monkeypatch):
         pipelines=("wordcount", "ingest"),
         ingest_systems=["strong"],
         budget_s=300.0,
+        coarse_every=1,
+        fine=False,
     )
     # Three sessions (no ingest for "weak"): each may use what is left / sessions left, so
     # the 80 s the weak system leaves go to the sessions after it.
@@ -161,12 +280,14 @@ def test_sessions_share_the_budget_and_pass_on_what_they_leave(monkeypatch):
 
 def test_a_session_that_cannot_afford_a_step_is_skipped_and_listed(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr("bench.harness.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
     system = FakeSystem(1_000, clock, cost_s=10.0)
-    result = run_ladder({"a": system}, [10, 20], 10.0, budget_s=SESSION_OVERHEAD_S)
+    result = run_ladder(
+        {"a": system}, [10, 20], 10.0, budget_s=SESSION_OVERHEAD_S, coarse_every=1, fine=False
+    )
     assert system.budgets == []
     assert result.skipped == [("a", "wordcount", 10), ("a", "wordcount", 20)]
-    assert headlines(result) == []
+    assert capacities(result.steps) == []
 
 
 def test_the_section_can_be_rewritten_from_a_raw_run(tmp_path):
@@ -196,7 +317,38 @@ def test_the_section_can_be_rewritten_from_a_raw_run(tmp_path):
     assert rewrite_from_raw(raw, str(out)) == 0
     text = out.read_text()
     assert "Run 2026-11-23 12:00 UTC in 1.5 min" in text
-    assert "| dstream | wordcount | ≥ 10,000 |" in text
+    assert "| dstream | wordcount | 10,000 | not reached |" in text
     assert "dstream/wordcount@25,000" in text
     raw.write_text(json.dumps({"steps": []}))
     assert rewrite_from_raw(raw, str(out)) == 2
+
+
+def test_the_readme_paragraph_is_derived_from_the_run_only():
+    import datetime as dt
+
+    from bench.harness import Machine
+    from bench.ladder import render_readme_paragraph
+
+    def step(system: str, pipeline: str, rate: int, ok: bool) -> StepResult:
+        return StepResult(system, pipeline, rate, 10.0, 1, 1, sustained=ok)
+
+    caps = capacities(
+        [
+            step("spark_receivers", "two_action", 346_000, True),
+            step("spark_receivers", "two_action", 432_000, False),
+            step("dstream", "two_action", 92_100, True),
+            step("dstream", "two_action", 115_000, False),
+        ]
+    )
+    machine = Machine(2, "cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
+    text = render_readme_paragraph(
+        caps,
+        [Target("two_action", "spark_receivers", "dstream", 3.0),
+         Target("wordcount", "spark_receivers", "dstream", 5.0)],
+        machine=machine,
+        when=dt.datetime(2026, 11, 24, tzinfo=dt.UTC),
+    )  # fmt: skip
+    assert "Two-action word count: spark-receivers [346,000, 432,000)" in text
+    assert "DStream [92,100, 115,000): [3.01x, 4.69x] DStream's capacity" in text
+    assert "≥ 3x — met" in text and "≥ 5x — not measured in this run" in text
+    assert "One-action" not in text  # nothing that run did not measure

@@ -144,6 +144,7 @@ def test_the_starter_starts_keepers_where_they_are_missing_and_keeps_going(world
 
     starter = KeeperStarter(keepers, lambda: list(alive), start, interval_s=0.01)
     starter.start()
+    assert started == [["2", "3"]]  # the first round ran before start() returned
     assert done.wait(10)
     starter.stop()
     assert started[:2] == [["2", "3"], ["2", "3"]]

@@ -133,3 +133,11 @@ def test_the_package_message_says_exactly_what_to_pass():
         "a wheel in --py-files is not put on sys.path",
     ):
         assert needed in text
+
+
+def test_a_task_spec_never_shows_its_secret():
+    from spark_receivers.spark.receiver_task import ReceiverTaskSpec
+    from spark_receivers.testing import SequenceReceiver
+
+    spec = ReceiverTaskSpec(SequenceReceiver(["x"]), 0, "h:1", "s3cr3t-value", {}, "app")
+    assert "s3cr3t-value" not in repr(spec) and "h:1" in repr(spec)

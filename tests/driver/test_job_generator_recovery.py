@@ -19,6 +19,9 @@ class FakeSparkContext:
     def setJobGroup(self, *args, **kwargs) -> None:
         pass
 
+    def setJobDescription(self, description) -> None:
+        pass
+
 
 class RecordingHooks:
     """BatchHooks that build batches with ``build`` and record everything else."""

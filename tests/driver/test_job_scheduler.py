@@ -48,24 +48,54 @@ class FakeSparkContext:
     def setLocalProperty(self, *args) -> None:
         pass
 
+    def setJobDescription(self, description) -> None:
+        pass
+
     def cancelJobGroup(self, group) -> None:
         pass
+
+
+class FakeFrame:
+    """A batch DataFrame over blocks: counts its actions (the warm-up's among them)."""
+
+    def __init__(self, on_action) -> None:
+        self.empty = False
+        self._on_action = on_action
+
+    def persist(self, level):
+        return self
+
+    def unpersist(self, blocking=False):
+        return self
+
+    def count(self):
+        self._on_action("count")
+        return 0
+
+    def selectExpr(self, *exprs):
+        return self
+
+    def groupBy(self, *cols):
+        return SimpleNamespace(count=lambda: SimpleNamespace(collect=lambda: []))
 
 
 class FakeReader:
     """``spark.read.format(...).schema(...).option(...)...load()`` without a JVM."""
 
+    def __init__(self, on_action) -> None:
+        self._on_action = on_action
+
     def __getattr__(self, name):
         if name == "load":
-            return lambda: SimpleNamespace(empty=False)
+            return lambda: FakeFrame(self._on_action)
         return lambda *args, **kwargs: self
 
 
 class FakeSpark:
-    def __init__(self) -> None:
+    def __init__(self, on_action=lambda action: None) -> None:
         self.sparkContext = FakeSparkContext()
         self.dataSource = SimpleNamespace(register=lambda source: None)
-        self.read = FakeReader()
+        self.read = FakeReader(on_action)
 
     def createDataFrame(self, rows, schema):
         return SimpleNamespace(empty=True, count=lambda: 0)
@@ -160,7 +190,7 @@ class Supervisors:
 def world(monkeypatch):
     rec = Recorder()
     clock = ManualClock(10_100)
-    spark = FakeSpark()
+    spark = FakeSpark(lambda action: rec.add(f"read: {action}"))
     graph = StreamGraph(spark)  # type: ignore[arg-type]
     graph.receiver_stream(Quiet()).foreach_batch(lambda df, t: rec.add(f"batch {t}"), name="record")
     original_start = JobGenerator.start
@@ -214,15 +244,29 @@ def ticking(clock: ManualClock) -> threading.Event:
     return done
 
 
-def test_start_posts_started_then_launches_receivers_then_starts_the_timer(world):
+def test_start_posts_started_warms_up_then_launches_receivers_then_starts_the_timer(world):
     scheduler = world.make()
     world.supervisors.tracker = None
     scheduler.start()
     try:
         log = world.rec.log
-        assert log[:4] == ["post on_streaming_started", "executors", "launch 0", "timer"]
+        # The batch path is warmed up (a read through the data source) before any
+        # receiver runs and before the first batch time.
+        assert log[:6] == [
+            "post on_streaming_started", "executors", "read: count", "read: count", "launch 0",
+            "timer",
+        ]  # fmt: skip
         with pytest.raises(StateError, match="ACTIVE"):
             world.graph.receiver_stream(Quiet())
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_no_warm_up_when_its_timeout_is_zero(world):
+    scheduler = world.make(StreamingConfig(warm_up_timeout_s=0))
+    scheduler.start()
+    try:
+        assert world.rec.log[:4] == ["post on_streaming_started", "executors", "launch 0", "timer"]
     finally:
         scheduler.stop(graceful=False, timeout_ms=0)
 

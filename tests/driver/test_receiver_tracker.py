@@ -176,6 +176,24 @@ def test_add_block_validates_what_comes_from_the_network(parts):
     assert tracker.records_received() == 25  # nothing refused was counted
 
 
+def test_add_blocks_answers_per_block_and_refuses_a_call_with_one_bad_block(parts):
+    tracker, _, _, blocks, _, _ = parts
+    tracker.start()
+
+    def infos(*seqs: int, stream: int = 1) -> tuple[m.ReceivedBlockInfo, ...]:
+        return tuple(m.ReceivedBlockInfo(1, f"input-{stream}-1-{s}", 10, 0, "h:9001") for s in seqs)
+
+    assert tracker.handle(m.AddBlocks(infos(0, 1, 2))) == [True, True, True]
+    assert [b.block_id for b in blocks.unallocated_blocks_of_stream(1)] == [
+        "input-1-1-0", "input-1-1-1", "input-1-1-2"
+    ]  # fmt: skip
+    bad = (*infos(3), *infos(4, stream=0))  # the second one claims another stream's id
+    with pytest.raises(RpcError, match="does not belong to stream 1"):
+        tracker.handle(m.AddBlocks(bad))
+    assert tracker.records_received(1) == 30  # the good block of a refused call is not added
+    assert tracker.receiver_statuses()[1].blocks == 3
+
+
 def test_a_wal_handle_is_vetted_by_the_check_it_was_given():
     vetted = []
 

@@ -92,7 +92,7 @@ def test_union_refuses_structured_streams_and_streams_of_another_context():
 def test_no_union_once_the_graph_is_frozen():
     g = graph()
     a = g.receiver_stream(Quiet())
-    g.freeze("ACTIVE", reader=lambda s, b: None, source_options=lambda i: {})  # type: ignore
+    g.freeze("ACTIVE", reader=lambda s, t, b: None, source_options=lambda i: {})  # type: ignore
     with pytest.raises(StateError, match=r"cannot make a union of streams: .* ACTIVE"):
         g.union([a])
 
@@ -140,7 +140,7 @@ def test_each_union_batch_holds_every_streams_rows_by_column_name(spark):
         2: [{"value": "ccc"}],
     }
 
-    def reader(stream, blocks):
+    def reader(stream, batch_time_ms, blocks):
         schema = pa.schema(stream.receiver.schema)
         table = pa.Table.from_pylist(rows[stream.stream_id], schema=schema)
         return spark.createDataFrame(table.to_pandas())

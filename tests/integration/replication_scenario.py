@@ -1,4 +1,4 @@
-"""Replicated blocks on a real multi-executor Spark (local-cluster), the WAL off.
+"""Replicated blocks on a real multi-executor Spark (local-cluster or standalone), the WAL off.
 
 Run as its own process; prints one ``RESULT {json}`` line that
 tests/integration/test_replication.py asserts on.
@@ -131,11 +131,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--level", default="MEMORY_AND_DISK_2")
     parser.add_argument("--lost-block-policy", default="fail")
+    parser.add_argument("--master", default="local-cluster[2,2,1024]")
     args = parser.parse_args()
     replicated = args.level.endswith("_2")
     secret = uuid.uuid4().hex
     spark = (
-        SparkSession.builder.master("local-cluster[2,2,1024]")
+        SparkSession.builder.master(args.master)
+        .config("spark.executor.cores", "2")
+        .config("spark.cores.max", "4")
+        .config("spark.driver.host", "127.0.0.1")
         .appName("spark-receivers-replication-test")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

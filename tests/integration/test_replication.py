@@ -72,6 +72,16 @@ def test_the_keepers_end_with_the_context(replicated):
     assert replicated["keepers_alive_after_stop"] == []
 
 
+def test_on_a_standalone_cluster_an_executor_killed_loses_nothing(standalone):
+    """The same on the standalone cluster: workers on hosts of their own (127.0.0.2, .3)."""
+    run = run_scenario("--master", standalone.master_url)
+    assert run["placed"] and run["executors"]["0"] != run["executors"]["1"]
+    assert run["receiver_0_moved"] and run["receiver_1_restarted"]
+    assert run["failure"] is None and run["blocks_lost"] == 0
+    assert run["processed"] == run["records_received_at_end"] and run["duplicated"] == 0
+    assert run["keepers_alive_after_stop"] == []
+
+
 def test_one_copy_loses_blocks_with_its_executor_and_skip_reports_them():
     """The control: MEMORY_AND_DISK keeps one copy; lostBlockPolicy=skip runs on without it."""
     single = run_scenario("--level", "MEMORY_AND_DISK", "--lost-block-policy", "skip")

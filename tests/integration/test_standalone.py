@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rpc"))
 from service_fixtures import redis_url  # noqa: F401
 from test_tls import make_cert
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 APPS = Path(__file__).with_name("apps")
 TOKEN = re.compile(r"\b\d{13}\.[0-9a-f]{24}\.[0-9a-f]{64}\b")
@@ -91,7 +91,13 @@ def run_app(
 
 
 def report(name: str, result: dict) -> None:
-    print(f"\nCLUSTER {name}: {json.dumps(result, default=str)}", flush=True)
+    """Print what a scenario saw (pytest -s); append it to $SPARK_RECEIVERS_CLUSTER_REPORT."""
+    line = f"CLUSTER {name}: {json.dumps(result, default=str)}"
+    print("\n" + line, flush=True)
+    path = os.environ.get("SPARK_RECEIVERS_CLUSTER_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
 
 
 def assert_two_receivers_exactly_once(result: dict) -> None:

@@ -241,8 +241,9 @@ class FakeTracker:
         )
 
     def handle(self, message):
-        if isinstance(message, m.AddBlock):
-            self.blocks.append(message.block_info)
+        if isinstance(message, m.AddBlocks):
+            self.blocks.extend(message.block_infos)
+            return [True] * len(message.block_infos)
         return True
 
 
@@ -301,7 +302,9 @@ def test_supervisor_reports_wal_handles_and_refuses_blocks_whose_wal_write_faile
 
 def test_supervisor_store_raises_when_the_driver_refuses_the_block(supervised):
     receiver, _sup, tracker, _ = supervised
-    tracker.handle = lambda message: not isinstance(message, m.AddBlock)
+    tracker.handle = lambda message: (
+        [False] * len(message.block_infos) if isinstance(message, m.AddBlocks) else True
+    )
     tracker.endpoint._handler = tracker.handle
     with pytest.raises(ReceiverError, match="Failed to add block"):
         receiver.store(["x"], reliable=True)

@@ -224,6 +224,8 @@ def test_a_replicated_block_is_in_two_keepers_before_put_returns(keepers, secret
     assert placed.locations == (here.address, there.address)
     assert here.store.get("input-0-1-0") == there.store.get("input-0-1-0") == table(5)
     assert driver.reports() == [(2, 2)]
+    held = sink.held()  # what the metrics report (this executor's keeper)
+    assert held.blocks == len(held) == 1 and held.memory_bytes > 0 and held.disk_bytes == 0
     sink.remove("input-0-1-0", placed.locations)
     assert len(here.store) == len(there.store) == 0
     sink.close()

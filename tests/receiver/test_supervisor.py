@@ -56,10 +56,10 @@ def eventually(predicate) -> None:
 
 def drop_all_blocks(tracker, sup) -> None:
     """RemoveBlocks to every store holding a copy, as the driver sends after a batch."""
-    for add in tracker.of(m.AddBlock):
-        for endpoint in add.block_info.locations:
+    for info in tracker.blocks():
+        for endpoint in info.locations:
             client = EndpointClient(endpoint, tracker.secret)
-            assert client.call(m.RemoveBlocks((add.block_info.block_id,))) == 1
+            assert client.call(m.RemoveBlocks((info.block_id,))) == 1
             client.close()
 
 
@@ -87,7 +87,7 @@ def test_receiver_life_cycle_with_every_store_form(tracker):
     values = tracker.stored_table(sup).column("value").to_pylist()
     expected = ["one", "with metadata", *"abcdefghijkl"]
     assert sorted(values) == sorted(expected)
-    ids = [x.block_info.block_id for x in tracker.of(m.AddBlock)]
+    ids = [x.block_id for x in tracker.blocks()]
     assert len(set(ids)) == len(ids)
 
     receiver.report_error("bad frame", ValueError("x"))
@@ -119,7 +119,7 @@ def test_restart_is_stop_then_start_and_block_ids_stay_unique(tracker):
     assert receiver.is_started()
     receiver.store(["after"])
     tracker.wait_for(lambda: tracker.records() == 2)
-    ids = [x.block_info.block_id for x in tracker.of(m.AddBlock)]
+    ids = [x.block_id for x in tracker.blocks()]
     assert len(set(ids)) == 2
     drop_all_blocks(tracker, sup)
     sup.stop("end")
@@ -217,7 +217,7 @@ def test_block_generator_throttling(tracker):
     elapsed = time.monotonic() - started
     sup.stop("end")
     sup.await_termination(WAIT_S)
-    counts = [x.block_info.num_records for x in tracker.of(m.AddBlock)]
+    counts = [x.num_records for x in tracker.blocks()]
     assert sum(counts) == 200
     # 200 records at 100/s: the total rate stays at the limit, and every full
     # block holds about rate * interval = 10 records.
@@ -252,4 +252,4 @@ def test_a_dead_block_generator_stops_the_supervisor_with_its_cause(tracker):
     assert receiver.is_stopped() and receiver.stops == 1
     (dereg,) = tracker.of(m.DeregisterReceiver)
     assert "BlockGenerator" in dereg.message and "Fatal" in dereg.error
-    assert tracker.of(m.AddBlock) == []
+    assert tracker.blocks() == []

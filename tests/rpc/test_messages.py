@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_receivers.errors import RpcError
+from spark_receivers.rpc import codec
 from spark_receivers.rpc import messages as m
 
 MAX = 64 * 1024
@@ -28,6 +29,8 @@ def test_round_trip_of_every_message():
     samples = [
         m.RegisterReceiver(1, "SocketTextReceiver", "h", "driver", "h:1"),
         m.AddBlock(info),
+        m.AddBlocks((info, info)),
+        m.AddBlocks(()),
         m.ReportError(1, "oops", "trace"),
         m.DeregisterReceiver(1, "bye", ""),
         m.DescribeStream("GeneratorReceiver-0"),
@@ -37,14 +40,16 @@ def test_round_trip_of_every_message():
         m.CommitOffsets(1, 10),
     ]
     for msg in samples:
-        assert m.decode(type(msg).__name__, m.encode(msg), m.TRACKER_MESSAGES, MAX) == msg
+        assert codec.decode(type(msg).__name__, codec.encode(msg), m.TRACKER_MESSAGES, MAX) == msg
     for msg in (
         m.StopReceiver(),
         m.CleanupOldBlocks(5),
         m.RemoveBlocks(("a", "b")),
         m.UpdateRateLimit(10.5),
     ):
-        assert m.decode(type(msg).__name__, m.encode(msg), m.SUPERVISOR_MESSAGES, MAX) == msg
+        assert (
+            codec.decode(type(msg).__name__, codec.encode(msg), m.SUPERVISOR_MESSAGES, MAX) == msg
+        )
 
 
 @pytest.mark.parametrize(
@@ -64,7 +69,7 @@ def test_round_trip_of_every_message():
 )
 def test_bad_messages_are_refused_with_a_clear_error(kind, body, error):
     with pytest.raises(RpcError, match=error):
-        m.decode(kind, body, m.TRACKER_MESSAGES, MAX)
+        codec.decode(kind, body, m.TRACKER_MESSAGES, MAX)
 
 
 def test_block_ids_are_validated():
@@ -77,4 +82,4 @@ def test_block_ids_are_validated():
 @given(st.text(max_size=30), st.binary(max_size=300))
 def test_decoder_never_crashes_on_garbage(kind, body):
     with contextlib.suppress(RpcError):
-        m.decode(kind, body, m.TRACKER_MESSAGES + m.SUPERVISOR_MESSAGES, MAX)
+        codec.decode(kind, body, m.TRACKER_MESSAGES + m.SUPERVISOR_MESSAGES, MAX)

@@ -7,6 +7,7 @@ import pyarrow.flight as flight
 import pytest
 
 from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
+from spark_receivers.rpc import codec
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, new_secret, sign
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
@@ -46,7 +47,7 @@ def test_unauthenticated_calls_are_refused(endpoint):
     ep, _, seen = endpoint
     raw = flight.FlightClient(f"grpc+tcp://{ep.address}")
     with pytest.raises(flight.FlightUnauthenticatedError, match="no credentials"):
-        list(raw.do_action(flight.Action("ReportError", m.encode(m.ReportError(0, "x", "")))))
+        list(raw.do_action(flight.Action("ReportError", codec.encode(m.ReportError(0, "x", "")))))
     with pytest.raises(flight.FlightUnauthenticatedError):
         raw.do_get(flight.Ticket(b"input-0-1-2")).read_all()
     wrong = EndpointClient(ep.address, new_secret())
@@ -60,7 +61,7 @@ def _raw_action(address: str, token: str, message) -> list:
     options = flight.FlightCallOptions(headers=[(AUTH_HEADER.encode(), token.encode())])
     try:
         return list(
-            raw.do_action(flight.Action(type(message).__name__, m.encode(message)), options)
+            raw.do_action(flight.Action(type(message).__name__, codec.encode(message)), options)
         )
     finally:
         raw.close()
@@ -69,7 +70,7 @@ def _raw_action(address: str, token: str, message) -> list:
 def test_replayed_token_is_refused(endpoint):
     ep, secret, seen = endpoint
     message = m.ReportError(0, "x", "")
-    token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(message))
+    token = sign(secret, ep.address, "DoAction", "ReportError", codec.encode(message))
     _raw_action(ep.address, token, message)
     with pytest.raises(flight.FlightUnauthenticatedError, match="replayed"):
         _raw_action(ep.address, token, message)
@@ -79,7 +80,7 @@ def test_replayed_token_is_refused(endpoint):
 def test_a_token_is_refused_with_another_body_or_another_action(endpoint):
     ep, secret, seen = endpoint
     signed = m.ReportError(0, "x", "")
-    token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(signed))
+    token = sign(secret, ep.address, "DoAction", "ReportError", codec.encode(signed))
     with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
         _raw_action(ep.address, token, m.ReportError(0, "another body", ""))
     with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
@@ -109,7 +110,7 @@ def test_a_token_seen_at_one_endpoint_is_refused_at_another(endpoint):
     )
     try:
         message = m.ReportError(0, "x", "")
-        token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(message))
+        token = sign(secret, ep.address, "DoAction", "ReportError", codec.encode(message))
         with pytest.raises(flight.FlightUnauthenticatedError, match="wrong credentials"):
             _raw_action(other.address, token, message)
         assert other_seen == []
@@ -122,7 +123,7 @@ def test_a_token_seen_at_one_endpoint_is_refused_at_another(endpoint):
 def test_the_secret_and_tokens_never_reach_refusals_or_logs(endpoint, caplog):
     ep, secret, _ = endpoint
     message = m.ReportError(0, "x", "")
-    token = sign(secret, ep.address, "DoAction", "ReportError", m.encode(message))
+    token = sign(secret, ep.address, "DoAction", "ReportError", codec.encode(message))
     texts = []
     with caplog.at_level("DEBUG"):
         _raw_action(ep.address, token, message)

@@ -14,4 +14,4 @@ assert_type(good.receiver_wal_enabled, bool)
 
 misspelled = StreamingConfig(blockInterval=5)  # type: ignore[call-arg]
 wrong_type = StreamingConfig(block_interval_ms="5s")  # type: ignore[arg-type]
-positional = StreamingConfig(200)  # type: ignore[call-arg]
+positional = StreamingConfig(200)  # type: ignore[call-arg, arg-type]

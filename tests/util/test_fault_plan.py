@@ -228,7 +228,7 @@ def test_a_cut_supervisor_sends_no_add_block_and_its_server_refuses_the_driver(t
         # The plan's windows are on the wall clock (every process reads it): a wide one.
         start = int(time.time() * 1000) - 1_000
         FaultPlan.write(path, [PlannedFault("partition", start, start + 3_600_000, stream=0)])
-        with pytest.raises(RpcError, match=r"AddBlock to .* receiver 0 is cut off"):
+        with pytest.raises(RpcError, match=r"AddBlocks? to .* receiver 0 is cut off"):
             receiver.store(["c", "d"], reliable=True)
         assert tracker.records() == 2  # no AddBlock reached the driver
         with pytest.raises(RpcError, match=r"the driver's UpdateRateLimit failed: .*cut off"):

@@ -349,7 +349,6 @@ def test_invalid_writes_are_refused(log_dir: str) -> None:
     assert not os.path.exists(log_dir)
 
 
-
 def test_any_contiguous_buffer_is_written_as_its_bytes(log_dir: str) -> None:
     import array
 
@@ -365,6 +364,7 @@ def test_any_contiguous_buffer_is_written_as_its_bytes(log_dir: str) -> None:
         log.write(memoryview(b"abcdef")[::2], 9)
     log.close()
     assert list(FileBasedWriteAheadLog(log_dir).read_all()) == [b"ba", words.tobytes(), b"arrow"]
+
 
 def test_uri_log_dir(tmp_path: object) -> None:
     log_dir = os.path.join(str(tmp_path), "uri-wal")

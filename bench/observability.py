@@ -1,0 +1,262 @@
+"""Issue 21's overhead check: word-count capacity with metrics + status page on vs off.
+
+    python -m bench.observability                  # 2 rounds of on/off sessions, writes the section
+    python -m bench.observability --quick --no-write
+
+Each session is one rate ladder of the spark-receivers word count (the ``spark_receivers``
+child of ``bench/receivers.py``, receiver WAL off), run through the ladder's own helpers
+(``bench.step.run_child_session``): a fresh JVM offered rising rates until its first
+unsustained step, judged by ``bench.harness.summarize_step``. The two modes differ only in
+our keys:
+
+- **on**: receivers report their metrics every second (``spark.receivers.metrics.enabled``),
+  the driver serves the status page and ``/metrics`` (``spark.receivers.ui.enabled``), and a
+  poller in the driver process plays a viewer and Prometheus: the page's four API calls
+  every 2 s and a ``/metrics`` scrape every 5 s;
+- **off**: no reports, no page, no poller.
+
+Sessions alternate (off, on, on, off, ...) so that a drift in the shared machine's load hits
+both modes alike. Capacity is the highest sustained offered rate of a session; the ratio
+on/off compares the medians over the rounds (target: >= 0.97). As a finer figure at equal
+load, the batch processing time p50 of both modes is given at each rate both sustained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import socket
+import statistics
+import sys
+import threading
+import urllib.request
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from bench.child import BatchRecorder, ChildArgs, Stop, child_main
+from bench.harness import Machine, StepResult, write_benchmarks_md
+from bench.step import REPO_ROOT, run_child_session
+
+MODES = ("off", "on")
+FULL_RATES = [100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000, 800_000]
+QUICK_RATES = [25_000, 50_000]
+TARGET = 0.97
+POLL_PAGE_S = 2.0
+POLL_METRICS_S = 5.0
+
+# -- child side -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Viewer:
+    """Polls the status page's API like an open browser tab, and /metrics like Prometheus."""
+
+    def __init__(self, base: str) -> None:
+        self._base = base
+        self._stop = threading.Event()
+        self.requests = 0
+        self.errors = 0
+        self._thread = threading.Thread(target=self._run, name="bench-viewer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join(10)
+        return {"viewer_requests": self.requests, "viewer_errors": self.errors}
+
+    def _get(self, path: str) -> None:
+        try:
+            with urllib.request.urlopen(self._base + path, timeout=5) as r:
+                r.read()
+            self.requests += 1
+        except OSError:
+            self.errors += 1
+
+    def _run(self) -> None:
+        ticks = 0
+        while not self._stop.wait(POLL_PAGE_S):
+            for path in (
+                "api/v1/statistics", "api/v1/streams", "api/v1/receivers",
+                "api/v1/batches?limit=400",
+            ):  # fmt: skip
+                self._get(path)
+            ticks += 1
+            if ticks % round(POLL_METRICS_S / POLL_PAGE_S) == 0:
+                self._get("metrics")
+
+
+def _pipeline(mode: str, args: ChildArgs, recorder: BatchRecorder) -> Stop:
+    from pyspark.sql import SparkSession
+
+    from bench.child import spark_conf
+    from bench.receivers import PIPELINES
+
+    on = mode == "on"
+    port = _free_port()
+    builder = SparkSession.builder.master(args.master).appName(f"bench-observability-{mode}")
+    for k, v in spark_conf(args).items():
+        builder = builder.config(k, v)
+    builder = builder.config("spark.receivers.metrics.enabled", str(on).lower())
+    builder = builder.config("spark.receivers.ui.enabled", str(on).lower())
+    builder = builder.config("spark.receivers.ui.port", str(port))
+    builder.getOrCreate()  # the word count below joins this session (and its conf)
+    stop = PIPELINES["spark_receivers"](args, recorder)
+    viewer = _Viewer(f"http://127.0.0.1:{port}/") if on else None
+    if viewer is not None:
+        viewer.start()
+
+    def stop_all() -> dict[str, Any]:
+        extra = viewer.stop() if viewer is not None else {}
+        return {**extra, "observability": mode, **stop()}
+
+    return stop_all
+
+
+CHILD_PIPELINES = {f"observability_{m}": partial(_pipeline, m) for m in MODES}
+
+# -- parent side ------------------------------------------------------------------------------
+
+
+def capacity(steps: Sequence[StepResult]) -> int:
+    """The highest sustained offered rate of a session (0 when none was)."""
+    return max((s.offered_rate or 0 for s in steps if s.sustained), default=0)
+
+
+def run(rates: list[int], step_s: float, rounds: int) -> list[dict[str, Any]]:
+    sessions = []
+    for i in range(rounds):
+        order = MODES if i % 2 == 0 else tuple(reversed(MODES))
+        for mode in order:
+            result = run_child_session(
+                f"observability_{mode}", "bench.observability", rates, step_s
+            )
+            sustained = capacity(result.steps)
+            p50 = {s.offered_rate: s.batch_p50_ms for s in result.steps if s.sustained}
+            sessions.append(
+                {
+                    "round": i + 1,
+                    "mode": mode,
+                    "capacity": sustained,
+                    "batch_p50_ms": p50,
+                    "steps": [s.to_dict() for s in result.steps],
+                }
+            )
+            print(
+                f"round {i + 1} {mode:3}: highest sustained {sustained:,} lines/s; "
+                f"batch p50 by rate {p50}",
+                flush=True,
+            )
+    return sessions
+
+
+def verdict(sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    by_mode = {m: [s["capacity"] for s in sessions if s["mode"] == m] for m in MODES}
+    medians = {m: statistics.median(v) if v else 0 for m, v in by_mode.items()}
+    ratio = medians["on"] / medians["off"] if medians["off"] else None
+    common: dict[int, dict[str, list[float]]] = {}
+    for s in sessions:
+        for rate, p50 in s["batch_p50_ms"].items():
+            if p50 is not None:
+                common.setdefault(int(rate), {m: [] for m in MODES})[s["mode"]].append(p50)
+    p50_ratio = {
+        rate: statistics.median(v["on"]) / statistics.median(v["off"])
+        for rate, v in sorted(common.items())
+        if v["on"] and v["off"] and statistics.median(v["off"]) > 0
+    }
+    return {
+        "capacity": by_mode,
+        "median": medians,
+        "ratio": ratio,
+        "meets_target": ratio is not None and ratio >= TARGET,
+        "processing_p50_ratio_by_rate": p50_ratio,
+    }
+
+
+def render(sessions: list[dict[str, Any]], v: dict[str, Any]) -> str:
+    lines = [
+        "| round | mode | highest sustained (lines/s) | batch p50 at each sustained rate (ms) |",
+        "|---:|---|---:|---|",
+    ]
+    for s in sessions:
+        p50 = ", ".join(
+            f"{int(r):,}: {ms:,.0f}" for r, ms in sorted(s["batch_p50_ms"].items()) if ms
+        )
+        lines.append(f"| {s['round']} | {s['mode']} | {s['capacity']:,} | {p50 or '-'} |")
+    ratio = "-" if v["ratio"] is None else f"{v['ratio']:.3f}"
+    lines += [
+        "",
+        f"Median capacity: on {v['median']['on']:,.0f}, off {v['median']['off']:,.0f} lines/s; "
+        f"**on/off = {ratio}** (target >= {TARGET}: "
+        f"{'met' if v['meets_target'] else 'NOT met'}).",
+    ]
+    if v["processing_p50_ratio_by_rate"]:
+        per_rate = ", ".join(
+            f"{r:,}: {x:.3f}" for r, x in v["processing_p50_ratio_by_rate"].items()
+        )
+        lines.append(f"Batch processing p50, on/off, at rates both sustained: {per_rate}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.observability", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--quick", action="store_true", help="1 round, 2 rates, 10 s steps")
+    p.add_argument("--rounds", type=int, help="on/off session pairs (2; quick 1)")
+    p.add_argument("--rates", help="comma-separated lines/s (overrides the ladder)")
+    p.add_argument("--seconds", type=float, help="per step (15; quick 10)")
+    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    rates = [int(r) for r in args.rates.split(",")] if args.rates else (
+        QUICK_RATES if args.quick else FULL_RATES
+    )  # fmt: skip
+    step_s = args.seconds or (10.0 if args.quick else 15.0)
+    rounds = args.rounds or (1 if args.quick else 2)
+    machine = Machine.detect()
+    when = dt.datetime.now(dt.UTC)
+    command = "python -m bench.observability " + shlex.join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    sessions = run(rates, step_s, rounds)
+    v = verdict(sessions)
+    table = render(sessions, v)
+    print("\n" + table, flush=True)
+    out = REPO_ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / f"observability-{when:%Y%m%dT%H%M%SZ}.json"
+    raw.write_text(json.dumps({"command": command, "sessions": sessions, "verdict": v}, indent=1))
+    if not args.no_write:
+        body = "\n\n".join(
+            [
+                "## Observability overhead (issue 21): metrics + status page on vs off",
+                f"`{command}` — {when:%Y-%m-%d %H:%M} UTC, load at the end "
+                f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}\n\n{machine.to_markdown()}",
+                "The throughput ladder's word count (spark-receivers, WAL off), one session per "
+                "mode and round, alternating. **on**: receivers report metrics every second, "
+                "the driver serves the status page and /metrics, and a poller reads the page's "
+                "API every 2 s and scrapes /metrics every 5 s. **off**: none of these. See "
+                "`bench/observability.py`.",
+                table,
+            ]
+        )
+        write_benchmarks_md(args.output, {"observability": body})
+        print(f"wrote section 'observability' of {args.output}; raw results in {raw}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in CHILD_PIPELINES:
+        sys.exit(child_main(CHILD_PIPELINES))
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Builds each batch's DataFrames, keeps their rows for repeated actions, warms the path up.
+
+The job scheduler asks :meth:`BatchReader.read` for a receiver stream's DataFrame of one
+batch and :meth:`BatchReader.release` when the batch ended.
+
+**Repeated actions** (docs/decisions/0008-batches-as-users-write-them.md): a batch's
+DataFrame is read through the Python data source (``spark/block_source.py``): every action
+on it would plan the read again and fetch every block again over Arrow Flight. With
+``batch_cache`` on (the default) the DataFrame is persisted (``MEMORY_ONLY``) when it is
+built: the read is planned once, the first action reads the blocks and leaves the rows on
+the executors that read them, and every later action of the batch reads those (Spark's
+DStream re-reads its blocks from the executors' BlockManager the same way). A partition that
+did not fit in memory is read from its block again, so nothing changes but the speed. When
+the batch ends the rows are dropped (``unpersist``, not waited for). A batch without blocks
+is one empty DataFrame per stream, made once, over an empty local relation (most actions
+on it run no Spark job).
+
+**Cold start**: the first read through the data source starts Python workers (on the
+driver to plan it, on the executors to read), imports Arrow Flight in them, opens Flight
+connections and runs the SQL engine's first shuffle — seconds, which used to land on the
+first batches and build a backlog. :meth:`BatchReader.warm_up` pays them before the first
+batch: it serves a small block from a Flight endpoint of its own and runs two actions on it
+(a ``count()`` and a grouped count, one read task per task slot the batches will use)
+through exactly the batch path.
+
+Threads: ``read``/``release`` run on batch threads; ``warm_up`` on the thread that starts
+the context (bounded by its timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.hosts import EndpointNetwork
+from spark_receivers.rpc.tls import TlsConfig
+from spark_receivers.spark import block_source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from spark_receivers.stream import ReceiverInputStream
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WARM_UP_JOB_GROUP", "BatchReader"]
+
+WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
+WARM_UP_ROWS = 50_000
+"""Rows per warm-up block: enough for the JVM to compile the per-row loops of the read, the
+cache and the aggregation (a few thousand rows leave them interpreted, and the first real
+batches then run several times slower)."""
+WARM_UP_ROUNDS = 2
+
+
+class BatchReader:
+    """One DataFrame per receiver stream and batch; see the module doc. Thread-safe."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        secret: str,
+        checkpoint_dir: str | None,
+        read_partitions: int,
+        cache: bool,
+        lost_block_policy: str = "fail",
+        tls: TlsConfig | None = None,
+    ) -> None:
+        self._spark = spark
+        self._secret = secret
+        self._checkpoint_dir = checkpoint_dir
+        self.read_partitions = read_partitions
+        self._cache = cache
+        self._lost_block_policy = lost_block_policy
+        self._tls = tls
+        self.tracker: str | None = None
+        """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
+        self._lock = threading.Lock()
+        self._empty: dict[int, DataFrame] = {}
+        self._cached: dict[int, list[DataFrame]] = {}
+
+    def read(
+        self, stream: ReceiverInputStream, batch_time_ms: int, blocks: list[m.ReceivedBlockInfo]
+    ) -> DataFrame:
+        """The DataFrame of ``stream`` in batch ``batch_time_ms`` over ``blocks``."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = from_arrow_schema(stream.receiver.schema)
+        if not blocks:
+            with self._lock:
+                df = self._empty.get(stream.stream_id)
+            if df is None:
+                # From an empty Arrow table: a LocalRelation the optimizer sees is empty, so
+                # most actions on it run no Spark job (createDataFrame([]) is a Python RDD:
+                # every action ran Python tasks on every core, 300-500 ms).
+                df = self._spark.createDataFrame(stream.receiver.schema.empty_table(), schema)
+                with self._lock:
+                    df = self._empty.setdefault(stream.stream_id, df)
+            return df
+        return self._read_blocks(blocks, schema, batch_time_ms)
+
+    def _read_blocks(
+        self, blocks: list[m.ReceivedBlockInfo], schema: StructType, key: int
+    ) -> DataFrame:
+        df = block_source.blocks_dataframe(
+            self._spark,
+            blocks,
+            schema,
+            self._secret,
+            self._checkpoint_dir,
+            self.read_partitions,
+            self._lost_block_policy,
+            self.tracker,
+            tls=self._tls,
+        )
+        if not self._cache:
+            return df
+        from pyspark import StorageLevel
+
+        df = df.persist(StorageLevel.MEMORY_ONLY)
+        with self._lock:
+            self._cached.setdefault(key, []).append(df)
+        return df
+
+    def release(self, batch_time_ms: int) -> None:
+        """The batch ended: drop the rows its DataFrames kept (not waited for)."""
+        with self._lock:
+            frames = self._cached.pop(batch_time_ms, [])
+        for df in frames:
+            try:
+                df.unpersist(blocking=False)
+            except Exception:  # the session may be stopping: the rows go with it
+                log.warning(
+                    "could not drop the cached rows of batch %d", batch_time_ms, exc_info=True
+                )
+
+    def warm_up(self, network: EndpointNetwork, timeout_s: float) -> bool:
+        """Run the batch path once on a small block of our own; False if it did not finish.
+
+        Bounded by ``timeout_s`` (its Spark jobs are then cancelled); a failure is logged,
+        never raised: batches work without the warm-up, only their first ones are slower.
+        """
+        if timeout_s <= 0:
+            return True
+        done = threading.Event()
+        thread = threading.Thread(
+            target=self._warm_up, args=(network, done), name="block-reader-warm-up", daemon=True
+        )
+        thread.start()
+        if not done.wait(timeout_s):
+            log.warning("the block reader's warm-up did not finish within %.0f s", timeout_s)
+            self._spark.sparkContext.cancelJobGroup(WARM_UP_JOB_GROUP)
+            return False
+        return True
+
+    def _warm_up(self, network: EndpointNetwork, done: threading.Event) -> None:
+        import pyarrow as pa
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        from spark_receivers.rpc.auth import new_secret
+        from spark_receivers.rpc.transport import FlightEndpoint
+
+        words = [f"{i:010d} warm up the batch path w{i % 97}" for i in range(WARM_UP_ROWS)]
+        table = pa.table({"value": pa.array(words, pa.string())})
+        secret = new_secret()
+        server = FlightEndpoint(
+            "block-reader-warm-up",
+            network.bind_host,
+            secret,
+            (),
+            lambda _: None,
+            lambda _ticket: table,
+            tls=self._tls,
+            **network.endpoint_kwargs(),
+        )
+        reader = BatchReader(
+            self._spark, secret, None, self.read_partitions, self._cache, tls=self._tls
+        )
+        try:
+            self._spark.sparkContext.setJobGroup(
+                WARM_UP_JOB_GROUP, "spark-receivers: warm up the batch path", True
+            )
+            infos = [
+                m.ReceivedBlockInfo(0, f"input-0-0-{i}", table.num_rows, 0, server.address)
+                for i in range(self.read_partitions)
+            ]
+            schema = StructType([StructField("value", StringType())])
+            for round_ in range(WARM_UP_ROUNDS):
+                df = reader._read_blocks(infos, schema, -1 - round_)
+                df.count()
+                # A grouped count over a few distinct string keys, as a word count has.
+                df.selectExpr("substring_index(value, ' ', -1) AS k").groupBy("k").count().collect()
+        except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
+            log.warning("the block reader's warm-up failed (the first batches pay it): %s", e)
+        finally:
+            for round_ in range(WARM_UP_ROUNDS):
+                reader.release(-1 - round_)
+            server.close()
+            done.set()

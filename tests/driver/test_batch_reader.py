@@ -1,0 +1,89 @@
+"""BatchReader: a batch's blocks are read once however many actions run on it."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from spark_receivers.driver.batch_reader import BatchReader
+from spark_receivers.receiver.schema import DEFAULT_SCHEMA
+from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.auth import new_secret
+from spark_receivers.rpc.hosts import EndpointNetwork
+from spark_receivers.rpc.transport import FlightEndpoint
+from spark_receivers.spark import block_source
+
+pytestmark = pytest.mark.spark
+
+
+class CountingStore:
+    """A block server that counts how often each block is fetched."""
+
+    def __init__(self, blocks: dict[str, pa.Table]) -> None:
+        self.blocks = blocks
+        self.reads: dict[str, int] = dict.fromkeys(blocks, 0)
+        self.lock = threading.Lock()
+        self.secret = new_secret()
+        self.server = FlightEndpoint(
+            "store", "127.0.0.1", self.secret, (), lambda _: None, self._read
+        )
+
+    def _read(self, ticket: bytes) -> pa.Table:
+        with self.lock:
+            self.reads[ticket.decode()] += 1
+        return self.blocks[ticket.decode()]
+
+    def infos(self) -> list[m.ReceivedBlockInfo]:
+        return [
+            m.ReceivedBlockInfo(0, name, t.num_rows, 0, self.server.address)
+            for name, t in self.blocks.items()
+        ]
+
+
+@pytest.fixture()
+def store():
+    blocks = {
+        f"input-0-1-{i}": pa.table({"value": [f"w{i} x{j}" for j in range(100)]}) for i in range(3)
+    }
+    s = CountingStore(blocks)
+    yield s
+    s.server.close()
+
+
+STREAM = SimpleNamespace(stream_id=0, receiver=SimpleNamespace(schema=DEFAULT_SCHEMA))
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_second_action_reads_no_block_again_with_the_batch_cache(spark, store, cache):
+    block_source.register(spark)
+    reader = BatchReader(spark, store.secret, None, 2, cache=cache)
+    df = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
+    assert df.count() == 300
+    assert df.groupBy("value").count().count() == 300
+    assert df.filter(df.value.startswith("w1")).count() == 100
+    expected = 1 if cache else 3  # every action read every block again without the cache
+    assert store.reads == dict.fromkeys(store.blocks, expected)
+    reader.release(1000)
+    assert not df.is_cached
+    reader.release(1000)  # twice: nothing left to drop
+
+
+def test_batches_without_blocks_share_one_empty_frame_and_read_nothing(spark, store):
+    reader = BatchReader(spark, store.secret, None, 2, cache=True)
+    first = reader.read(STREAM, 1000, [])  # type: ignore[arg-type]
+    assert first.count() == 0
+    assert reader.read(STREAM, 2000, []) is first  # type: ignore[arg-type]
+    reader.release(1000)
+    assert sum(store.reads.values()) == 0
+
+
+def test_warm_up_runs_the_batch_path_and_leaves_nothing_cached(spark):
+    block_source.register(spark)
+    reader = BatchReader(spark, "unused", None, 2, cache=True)
+    here = EndpointNetwork("127.0.0.1", "127.0.0.1")
+    assert reader.warm_up(here, 120) is True
+    assert reader.warm_up(here, 0) is True  # 0: no warm-up at all
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()  # released
