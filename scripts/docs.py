@@ -57,6 +57,7 @@ UNITS = {
     "batch_read_partitions": "tasks",
     "receiver_max_restarts": "restarts (-1: no limit)",
     "lost_block_policy": "fail or skip",
+    "fault_plan": "path",
     "driver_host": "host",
     "driver_bind_address": "address",
     "driver_ports": "port or range",

@@ -210,6 +210,13 @@ class StreamingConfig(DeploymentKeys):
         "spark.receivers.receiver.restartWindow",
         "The window in which maxRestarts restarts of one receiver fail the context.",
     )
+    # --- testing aids (off by default)
+    fault_plan: str = key(
+        "",
+        "spark.receivers.testing.faultPlan",
+        "Testing aid: path of a fault-plan file (JSON) whose windows cut receivers off from "
+        "the driver or fail their WAL's fsync with ENOSPC/EIO (docs/testing.md); '' = off.",
+    )
 
     def __post_init__(self) -> None:
         validate(self)

@@ -15,11 +15,10 @@ ended is relaunched on its old executors if they are alive, else rescheduled.
 Failures are counted under a :class:`RestartPolicy`: a receiver that fails too
 often is not run again and the context fails with the cause.
 
-**No network call under the lock.** One lock guards the receivers' states, held
-only for bookkeeping. Messages to receivers are snapshotted under it and handed
-to the outbox, which sends them on threads of its own; calls to the launcher
-(which may ask the JVM which executors are alive) happen outside it. So a
-receiver that never answers delays nothing but its own messages.
+**No network call under the lock.** One lock guards the receivers' states, held only for
+bookkeeping. Messages to receivers are snapshotted under it and handed to the outbox, which
+sends them on threads of its own; calls to the launcher (which may ask the JVM which
+executors are alive) happen outside it: a receiver that never answers delays only its own.
 
 States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` (receivers told to stop;
 registrations refused) → ``STOPPED``.
@@ -393,7 +392,9 @@ class ReceiverTracker:
                 r.record_error(text, error, self._clock.get_time_ms())
             stopped = r.to_info()
             self._changed.notify_all()
-        log.info("receiver %d deregistered: %s", stream_id, text)
+        log.log(logging.WARNING if error else logging.INFO, "receiver %d: %s", stream_id, text)
+        if error:  # it stopped or restarts after a failure: as loud as a ReportError
+            self._bus.post("on_receiver_error", stopped)
         self._bus.post("on_receiver_stopped", stopped)
         if error:
             self._count_failure(stream_id, text)

@@ -39,6 +39,7 @@ import pyarrow as pa
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, ConfigError
 from spark_receivers.receiver.block_placement import BlockSink, Placed
+from spark_receivers.util import fault_plan
 from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import RecordHandle, WriteAheadLog
 from spark_receivers.wal.block_records import encode_block
@@ -156,6 +157,7 @@ class WriteAheadLogBasedBlockHandler:
                 close_file_after_write=config.receiver_wal_close_file_after_write,
                 fsync=config.receiver_wal_fsync,
                 clock=self._clock,
+                fsync_hook=fault_plan.wal_fsync_hook(config, stream_id),
             )
         self.wal = wal
         # Two workers: the store put and the WAL write of one block run side by side.

@@ -69,14 +69,20 @@ class BlockServer:
         *,
         network: EndpointNetwork | None = None,
         tls: TlsConfig | None = None,
+        refuse: Callable[[str], None] | None = None,
     ) -> None:
-        """``host`` is advertised; ``network`` (default: bind ``host``, any port) and ``tls``."""
+        """``host`` is advertised; ``network`` (default: bind ``host``, any port) and ``tls``.
+
+        ``refuse(call)``, when given, runs before each control message and may raise
+        (a testing aid: :func:`spark_receivers.util.fault_plan.cut_check`).
+        """
         network = network or EndpointNetwork(host, host)
         self.stream_id = stream_id
         self.block_store = block_store
         self._stop = stop
         self._cleanup = cleanup
         self._update_rate = update_rate
+        self._refuse = refuse
         self._changed = threading.Condition()
         self._released = False
         self._endpoint = FlightEndpoint(
@@ -132,6 +138,8 @@ class BlockServer:
         ).start()
 
     def _handle(self, message: m.SupervisorMessage) -> Any:
+        if self._refuse is not None:
+            self._refuse(type(message).__name__)
         match message:
             case m.StopReceiver():
                 self._stop_soon("Stopped by driver")

@@ -69,6 +69,7 @@ from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
+from spark_receivers.util import fault_plan
 from spark_receivers.util.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,11 @@ class ReceiverSupervisor:
         # Metrics are counted around the push path, not in it (receiver/metrics.py).
         self.metrics = ReceiverMetrics()
         self._tracker = MeteredTrackerClient(
-            EndpointClient(tracker_address, secret, tls=config.tls), self.metrics, self._clock
+            fault_plan.cut_client(
+                EndpointClient(tracker_address, secret, tls=config.tls), config, stream_id
+            ),
+            self.metrics,
+            self._clock,
         )
         sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
         if config.block_keeper_enabled:
@@ -150,6 +155,7 @@ class ReceiverSupervisor:
             cleanup=self.block_handler.cleanup_old_blocks,
             update_rate=lambda rate: self._generator.update_rate(rate),
             max_message_bytes=config.max_message_bytes,
+            refuse=fault_plan.cut_check(config, stream_id),
             **server_settings(config, host),
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None

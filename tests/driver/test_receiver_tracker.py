@@ -257,6 +257,21 @@ def test_a_clean_end_after_deregistering_is_not_an_error(parts):
     assert [k for k, _ in events.wait(2)] == ["started", "stopped"]
 
 
+def test_a_receiver_that_deregisters_with_an_error_is_reported_as_an_error(parts):
+    """Regression (chaos run): a receiver restarting after its WAL's disk failed deregisters
+    with the error; listeners (the ingest command's output) heard only "stopped"."""
+    tracker, _, _, _, events, _ = parts
+    tracker.start()
+    where = tracker.tracking_infos()[1].scheduled_locations[0]
+    assert register(tracker, 1, where)
+    reason = "block b of stream 1: the write-ahead log failed: [Errno 28] No space left on device"
+    assert tracker.handle(m.DeregisterReceiver(1, reason, "Traceback ...\nOSError: ...")) is True
+    kinds = events.wait(3)
+    assert [k for k, _ in kinds] == ["started", "error", "stopped"]
+    assert kinds[1][1].last_error_message == reason
+    assert tracker.receiver_statuses()[1].last_error_message == reason
+
+
 def test_commands_go_to_the_outbox_not_the_network(parts):
     tracker, _, outbox, _, _, _ = parts
     tracker.start()

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-CHAOS = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
+CHAOS = Path(__file__).resolve().parents[2] / "scripts" / "chaos_local.py"
 
 
 def load_chaos_harness() -> ModuleType:
-    """``scripts/chaos.py`` as module ``chaos_harness`` (AckingSource, ReliableTcpReceiver).
+    """``scripts/chaos_local.py`` as module ``chaos_harness`` (AckingSource, ReliableTcpReceiver).
 
     It is registered with cloudpickle by value: executors cannot import it by name.
     """

@@ -1,8 +1,8 @@
 """Zero data loss on real processes: kill -9 a reliable receiver's Python worker mid-stream.
 
-Runs ``scripts/chaos.py`` (its own driver process and local Spark, both WALs on)
-with a few kills; ``make chaos`` runs the long version. Every record the source
-had acknowledged must be in some batch's output; only records the source had to
+Runs ``scripts/chaos_local.py`` (its own driver process and local Spark, both WALs on)
+with a few kills (``make chaos`` is the cluster chaos of scripts/chaos.py). Every record
+the source had acknowledged must be in some batch's output; only records the source had to
 send again (because they were never acknowledged) may appear twice.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos_local.py"
 
 
 def test_every_acked_record_survives_receiver_kills():
