@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -78,6 +79,11 @@ def main() -> int:
     try:
         query.awaitTermination(args.seconds)
     finally:
+        # Stop between two triggers: a trigger stopped in the middle of its write is
+        # aborted, and Spark logs that as an error.
+        deadline = time.monotonic() + 10
+        while query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         query.stop()  # the query first: it reads through the context's tracker
         ssc.stop(graceful=True)
         spark.stop()
