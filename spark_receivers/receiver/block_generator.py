@@ -3,7 +3,11 @@
 Spark's BlockGenerator, with one weakness fixed: memory stays bounded. When the
 push queue is full the timer cannot hand over its cut block, and instead of
 letting the current buffer grow without limit (as Spark's does), ``add_data``
-blocks the receiver until the pushing thread makes room.
+blocks the receiver until the pushing thread makes room. Arrow tables are joined
+into a block without copying, so a receiver can store them far faster than any
+store can take them: once the tables of the current block reach
+``max_block_bytes`` (64 MiB), ``add_table`` cuts the block at once, and a full
+queue holds the receiver as it does at the timer's cut.
 
 States, in order: ``INITIALIZED`` → ``ACTIVE`` → ``STOPPED_ADDING_DATA`` →
 ``STOPPED_GENERATING_BLOCKS`` → ``STOPPED_ALL``.
@@ -100,6 +104,10 @@ class BlockGeneratorListener(Protocol):
         """
 
 
+MAX_BLOCK_BYTES = 64 * 1024 * 1024
+"""Arrow bytes at which ``add_table`` cuts a block before the interval ends."""
+
+
 def _records_in(parts: Iterable[list[Any] | pa.Table]) -> int:
     return sum(p.num_rows if isinstance(p, pa.Table) else len(p) for p in parts)
 
@@ -128,6 +136,7 @@ class BlockGenerator:
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
         name: str = "block-generator",
+        max_block_bytes: int = MAX_BLOCK_BYTES,
     ) -> None:
         if block_interval_ms <= 0:
             msg = f"block_interval_ms must be > 0, got {block_interval_ms}"
@@ -142,6 +151,8 @@ class BlockGenerator:
         self._room = threading.Condition(self._lock)
         self._buffer: list[Any] = []
         self._parts: list[list[Any] | pa.Table] = []
+        self._max_block_bytes = max_block_bytes
+        self._table_bytes = 0  # of the Arrow tables in _parts
         self._waiting_for_room = False
         self.waited_for_room_s = 0.0
         """Seconds adds were held because the push queue was full, in all (metrics)."""
@@ -300,6 +311,12 @@ class BlockGenerator:
                 self._parts.append(self._buffer)
                 self._buffer = []
             self._parts.append(table)
+            self._table_bytes += table.nbytes
+            if self._table_bytes < self._max_block_bytes:
+                return n
+            block, failed = self._cut_locked(self._clock.get_time_ms())
+        if failed:
+            self._log_dropped(block)
         return n
 
     def add_data_with_callback(self, record: Any, metadata: Any) -> None:
@@ -348,33 +365,46 @@ class BlockGenerator:
 
     def _cut_block(self, time_ms: int) -> None:
         with self._lock:
-            if self._failure is not None:
-                return
-            if self._buffer:
-                self._parts.append(self._buffer)
-                self._buffer = []
-            if not self._parts:
-                return
-            parts, self._parts = tuple(self._parts), []
-            block = Block(self._next_block_id(), parts, time_ms - self.block_interval_ms)
-            self._listener.on_generate_block(block.block_id)
-            if len(self._queue) >= self._queue_size:
-                # Adds wait too (memory stays bounded) until the pushing thread
-                # makes room, or the generator fails.
-                self._waiting_for_room = True
-                self._open = False
-                since = self._clock.monotonic_s()
-                while len(self._queue) >= self._queue_size and self._failure is None:
-                    self._space.wait()
-                self.waited_for_room_s += self._clock.monotonic_s() - since
-                self._waiting_for_room = False
-                self._reopen()
-                self._room.notify_all()
-            failed = self._failure is not None
-            if not failed:
-                self._queue.append(block)
-                self._not_empty.notify()
+            block, failed = self._cut_locked(time_ms)
         if failed:
+            self._log_dropped(block)
+
+    def _cut_locked(self, time_ms: int) -> tuple[Block | None, bool]:
+        """Under the lock: cut the current block and queue it, waiting for room.
+
+        Returns the block and whether the generator failed while it waited (the
+        block is then dropped; the caller logs it outside the lock).
+        """
+        if self._failure is not None:
+            return None, False
+        if self._buffer:
+            self._parts.append(self._buffer)
+            self._buffer = []
+        if not self._parts:
+            return None, False
+        parts, self._parts, self._table_bytes = tuple(self._parts), [], 0
+        block = Block(self._next_block_id(), parts, time_ms - self.block_interval_ms)
+        self._listener.on_generate_block(block.block_id)
+        if len(self._queue) >= self._queue_size:
+            # Adds wait too (memory stays bounded) until the pushing thread
+            # makes room, or the generator fails.
+            self._waiting_for_room = True
+            self._open = False
+            since = self._clock.monotonic_s()
+            while len(self._queue) >= self._queue_size and self._failure is None:
+                self._space.wait()
+            self.waited_for_room_s += self._clock.monotonic_s() - since
+            self._waiting_for_room = False
+            self._reopen()
+            self._room.notify_all()
+        failed = self._failure is not None
+        if not failed:
+            self._queue.append(block)
+            self._not_empty.notify()
+        return block, failed
+
+    def _log_dropped(self, block: Block | None) -> None:
+        if block is not None:
             log.error(
                 "%s failed while block %s (%d records) waited for room; dropped",
                 self._name,

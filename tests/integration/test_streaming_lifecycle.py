@@ -140,6 +140,36 @@ def test_graceful_stop_returns_promptly_when_nothing_is_left(spark):
     assert took < 60, f"graceful stop took {took:.0f}s (drain timeout 600s)"
 
 
+def test_graceful_stop_behind_a_backlog_longer_than_the_drain_timeout(spark):
+    """Batches queued behind a slow output still find their blocks after the receiver went.
+
+    A receiver's own block server gives up unread blocks after the drain timeout (1 s
+    here); the block keeper holds them until the context releases it, after the last
+    batch. Before keepers, a graceful stop behind a long catch-up lost acknowledged
+    records this way (found while making the issue-24 evidence).
+    """
+    ssc = StreamingContext(
+        spark, batch_interval_ms=300, config=StreamingConfig(receiver_drain_timeout_s=1.0)
+    )
+    processed: list[int] = []
+
+    def slow(df, t) -> None:
+        processed.append(df.count())
+        threading.Event().wait(1.0)
+
+    ssc.receiver_stream(CountingReceiver(rate=300)).foreach_batch(slow)
+    ssc.start()
+    try:
+        assert wait_until(lambda: sum(processed) > 20, 90), "nothing processed"
+        assert wait_until(lambda: len(ssc.status().pending_batches_ms) >= 4, 60), "no backlog"
+    finally:
+        ssc.stop(graceful=True)
+    status = ssc.status()
+    assert status.failure is None
+    assert status.records_received > 0
+    assert sum(processed) == status.records_received == status.records_processed
+
+
 class Recorder(StreamingListener):
     def __init__(self) -> None:
         self.events: list[tuple] = []

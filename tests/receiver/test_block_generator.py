@@ -232,6 +232,43 @@ def test_memory_stays_bounded_when_the_queue_is_full():
     assert listener.records() == ["r0", "r1", "r2", "r3", "overflow"]
 
 
+def test_arrow_tables_cut_a_block_at_max_block_bytes_and_wait_for_room():
+    """Tables join a block without copying: a byte cap, not only the interval, bounds it."""
+    clock = ManualClock(0)  # the timer never ticks in this test
+    hold = threading.Event()
+    listener = Listener(hold=hold)
+    ids = itertools.count()
+    gen = BlockGenerator(
+        listener, lambda: StreamBlockId(0, 1, next(ids)), 200, 1, clock=clock,
+        max_block_bytes=1_000,
+    )  # fmt: skip
+    table = pa.table({"value": pa.array(range(100), pa.int64())})  # 800 bytes
+    gen.start()
+    gen.add_table(table)
+    assert listener.generated == []  # under the cap: the block stays open
+    gen.add_table(table)  # 1,600 bytes: cut now, held by the pusher
+    listener.wait_for(lambda: len(listener.generated) == 1)
+    gen.add_table(table)
+    gen.add_table(table)  # the second block fills the queue of one
+    listener.wait_for(lambda: len(listener.generated) == 2)
+
+    added = threading.Event()
+
+    def producer():
+        gen.add_table(table)
+        gen.add_table(table)  # a third cut: no room until the pusher moves
+        added.set()
+
+    t = threading.Thread(target=producer, daemon=True)
+    t.start()
+    assert not added.wait(0.3)  # held: what a receiver stores stays bounded
+    hold.set()
+    assert added.wait(WAIT_S)
+    t.join(WAIT_S)
+    gen.stop()
+    assert [len(b.records) for b in listener.pushed] == [200, 200, 200]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.one_of(st.integers(1, 30), st.just("tick")), max_size=40))
 def test_every_record_is_pushed_once_in_order(ops):
