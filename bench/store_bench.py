@@ -4,18 +4,21 @@
     python -m bench.store_bench --seconds 2 --no-write
 
 What runs: a real :class:`~spark_receivers.receiver.supervisor.ReceiverSupervisor` (its
-BlockGenerator, RateLimiter, BlockStore, Flight block server and tracker client) in this
-process, and a minimal driver in **another process** (:func:`_driver_main`): a
+BlockGenerator, RateLimiter, block placement, Flight block server and tracker client) in this
+process, the block keeper it starts (a process of its own, as on an executor: every block is
+put there over Flight; one copy, since no other keeper exists), and a minimal driver in
+**another process** (:func:`_driver_main`): a
 :class:`~spark_receivers.rpc.transport.FlightEndpoint` that accepts ``RegisterReceiver`` and
 ``AddBlocks`` (replying True per block) and, like the driver after a batch, sends
-``RemoveBlocks`` back to the supervisor every 200 ms so the store does not grow. Records are
+``RemoveBlocks`` to every store holding a block every 200 ms so the stores do not grow. Records are
 100-byte ``str``; block interval 200 ms; no rate limit. One thread calls ``Receiver.store``
 in a loop:
 
 - ``one``: ``store(record)`` per record;
 - ``list``: ``store(list_of_1000)``;
 - ``arrow``: ``store(record_batch_of_10000)``, cycling through 32 distinct batches (joined
-  into the current block without copying, one block per interval).
+  into the current block without copying; a block is cut at 64 MiB of tables or at the
+  interval, whichever comes first).
 
 A form's rate is ``records / (time from the first store until the last record is in the
 block store and the driver accepted its block)``: the whole path, not just the buffer
@@ -114,27 +117,30 @@ def _driver_main(secret: str, conn: Connection) -> None:
                     for info in infos:
                         state["blocks"] += 1
                         state["records"] += info.num_records
-                        state["pending"].append(info.block_id)
+                        state["pending"].append(info)
                 return [True] * len(infos)
             case m.DeregisterReceiver():
                 return True
         return None
 
     def remover() -> None:
-        # As the driver after a batch: drop the blocks from the receiver's store.
+        # As the driver after a batch: drop the blocks from every store holding a copy
+        # (the executor's block keeper, or the receiver's own store with keepers off).
         clients: dict[str, EndpointClient] = {}
         while not stop.wait(BLOCK_INTERVAL_MS / 1000):
             with lock:
-                names, state["pending"] = state["pending"], []
-                endpoint = state["endpoint"]
-            if not names or endpoint is None:
-                continue
-            client = clients.get(endpoint) or clients.setdefault(
-                endpoint, EndpointClient(endpoint, secret)
-            )
-            # That supervisor may have stopped since its AddBlock: nothing left to free.
-            with contextlib.suppress(RpcError):
-                client.call(m.RemoveBlocks(tuple(names)))
+                infos, state["pending"] = state["pending"], []
+            by_endpoint: dict[str, list[str]] = {}
+            for info in infos:
+                for endpoint in info.locations:
+                    by_endpoint.setdefault(endpoint, []).append(info.block_id)
+            for endpoint, names in by_endpoint.items():
+                client = clients.get(endpoint) or clients.setdefault(
+                    endpoint, EndpointClient(endpoint, secret)
+                )
+                # That store may have stopped since the AddBlock: nothing left to free.
+                with contextlib.suppress(RpcError):
+                    client.call(m.RemoveBlocks(tuple(names)))
 
     server = FlightEndpoint("bench-tracker", "127.0.0.1", secret, m.TRACKER_MESSAGES, handle)
     threading.Thread(target=remover, daemon=True).start()
