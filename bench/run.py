@@ -55,6 +55,7 @@ import os
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -312,14 +313,25 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     t0 = time.monotonic()
+    failed: list[str] = []
     for section, module in BEFORE_LADDER.items():
         if section in sections:
             print(f"\n## {section}\n", flush=True)
-            module.main(
-                section_argv(section, quick=args.quick, output=args.output, no_write=args.no_write)
+            argv_ = section_argv(
+                section, quick=args.quick, output=args.output, no_write=args.no_write
             )
+            try:
+                code = module.main(argv_)
+            except Exception:  # one section's failure must not cost the others their run
+                traceback.print_exc()
+                code = 1
+            if code:
+                failed.append(section)
+                print(f"section {section} FAILED (its BENCHMARKS.md section is unchanged)")
+    if failed:
+        print(f"\nfailed sections: {', '.join(failed)}", flush=True)
     if "throughput" not in sections:
-        return 0
+        return 1 if failed else 0
     print(f"\nsections before the ladder took {(time.monotonic() - t0) / 60:.1f} min", flush=True)
 
     machine = Machine.detect()
@@ -373,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
             paragraph = render_readme_paragraph(caps, TARGETS, machine=machine, when=when)
             write_benchmarks_md(REPO_ROOT / "README.md", {"performance": paragraph})
             print("wrote the performance paragraph of README.md from this run")
-    return 0
+    if failed:
+        print(f"\nfailed sections: {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
 
 
 def rewrite_from_raw(raw: Path, output: str) -> int:
