@@ -129,6 +129,7 @@ class JobScheduler:
         )
         self._started = False
         self._stopped = False
+        self._stopping_at_once = False  # a stop with graceful=False has begun
         self._keeper_starter: KeeperStarter | None = None
         self.rate_controllers: dict[int, RateController] = {}
         self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
@@ -300,7 +301,19 @@ class JobScheduler:
         self._batches.release(batch_time_ms)
 
     def batch_failed(self, batch_time_ms: int, error: BaseException) -> None:
-        """Report the blocks the batch lost, then fail the context."""
+        """Report the blocks the batch lost, then fail the context.
+
+        A batch cut short by a stop at once (``graceful=False``: its blocks and
+        keepers are released under it) is logged, not a failure of the context.
+        """
+        if self._stopping_at_once:
+            first = str(error).strip().splitlines()[:1]
+            log.warning(
+                "batch %d did not finish: the context was stopped at once (%s)",
+                batch_time_ms,
+                first[0] if first else type(error).__name__,
+            )
+            return
         for block_id, stream_id, records, reason in lost_blocks_in(error):
             log.error(
                 "batch %d lost block %s of stream %d (%d records)",
@@ -376,6 +389,7 @@ class JobScheduler:
                 self._stopped = True
                 return
             self._stopped = True
+            self._stopping_at_once = not graceful
         sc = self._spark.sparkContext
         sc.cancelJobGroup(WARM_UP_JOB_GROUP)
         tracker = self.receiver_tracker

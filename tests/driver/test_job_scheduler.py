@@ -400,3 +400,13 @@ def test_a_failed_batch_reports_the_blocks_it_lost_then_fails_the_context(world)
         12,
     )
     assert info.reason.startswith("lost block input-0-7-3")
+
+
+def test_a_batch_cut_short_by_a_stop_at_once_does_not_fail_the_context(world):
+    """A stop with graceful=False releases the blocks under a running batch: not a failure."""
+    scheduler = world.make()
+    scheduler.start()
+    scheduler.stop(graceful=False, timeout_ms=0)
+    error = RuntimeError("lost block input-0-7-3 of stream 0 (12 records) could not be read")
+    scheduler.batch_failed(11_000, error)
+    assert world.failures == [] and scheduler.error is None
