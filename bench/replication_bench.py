@@ -275,7 +275,7 @@ def render(store: list[dict[str, Any]], wc: list[dict[str, Any]], command: str) 
     out = [
         "## Replicated blocks: two copies against one (issue 18)",
         "",
-        f"Run {when}: `{command}`. {Machine.detect().to_markdown().strip()}",
+        f"Run {when}: `{command}`.\n\n{Machine.detect().to_markdown().strip()}",
         "",
         "store(one), no Spark: a real supervisor, a real keeper process per 'executor', "
         "100-byte records as fast as the receiver's thread stores them; 200 ms blocks.",

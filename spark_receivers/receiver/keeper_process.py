@@ -10,7 +10,9 @@ pid, never the secret: the keeper gets its settings on its stdin.
 The keeper is started detached (a session of its own, so a task's process group
 being killed does not take it along) with this worker's ``sys.path`` (so a package
 shipped with ``--py-files`` imports there too) and watches the executor's JVM: it
-ends when the executor does. Its log goes next to its file (``<key>.log``).
+ends when the executor does. Its log goes next to its file (``<key>.log``). The files
+of keepers whose keeper and executor are both gone are deleted when the next keeper is
+looked for (a log that is not empty is kept: it says why a keeper ended).
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def ensure_local_keeper(
     watch = watch_pid or executor_jvm_pid()
     key = f"{watch}-{hashlib.sha256(settings.secret.encode()).hexdigest()[:16]}"
     base = keeper_dir()
+    _prune(base, key)
     with _locked(base / f"{key}.lock"):
         known = _read_handle(base / f"{key}.json")
         if known is not None and process_alive(known.pid):
@@ -116,6 +119,21 @@ def ensure_local_keeper(
         handle = _start(settings, base / f"{key}.log")
         (base / f"{key}.json").write_text(json.dumps(asdict(handle)))
         return handle
+
+
+def _prune(base: Path, keep: str) -> None:
+    """Delete the files of keepers whose keeper and watched process both ended."""
+    for found in base.glob("*.json"):
+        key = found.stem
+        if key == keep:
+            continue
+        handle = _read_handle(found)
+        if handle is None or process_alive(handle.pid) or process_alive(handle.watch_pid):
+            continue
+        for path in (found, base / f"{key}.lock", base / f"{key}.log"):
+            with contextlib.suppress(OSError):
+                if path.suffix != ".log" or path.stat().st_size == 0:
+                    path.unlink()
 
 
 def _local_dir() -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.harness import StepResult
-from bench.observability import TARGET, capacity, render, verdict
+from bench.observability import capacity, render, verdict
 from bench.run import BEFORE_LADDER, SECTIONS, section_argv
 
 
@@ -17,8 +17,11 @@ def step(rate: int, sustained: bool) -> StepResult:
                       sustained=sustained)  # fmt: skip
 
 
-def session(round_: int, mode: str, cap: int, p50: dict) -> dict:
-    return {"round": round_, "mode": mode, "capacity": cap, "batch_p50_ms": p50, "steps": []}
+def session(round_: int, mode: str, cap: int, p50: dict, failed: int | None = None) -> dict:
+    steps = [{"offered_rate": cap, "sustained": True}]
+    if failed is not None:
+        steps.append({"offered_rate": failed, "sustained": False})
+    return {"round": round_, "mode": mode, "capacity": cap, "batch_p50_ms": p50, "steps": steps}
 
 
 def test_capacity_is_the_highest_sustained_rate():
@@ -26,20 +29,32 @@ def test_capacity_is_the_highest_sustained_rate():
     assert capacity([step(100, False)]) == 0
 
 
-def test_the_verdict_compares_median_capacities_and_processing_at_equal_load():
+def test_the_ratio_is_the_range_the_rungs_allow_and_straddling_the_target_is_not_met():
     sessions = [
-        session(1, "off", 600_000, {"500000": 800.0, "600000": 900.0}),
-        session(1, "on", 600_000, {"500000": 820.0, "600000": 950.0}),
-        session(2, "on", 500_000, {"500000": 840.0}),
-        session(2, "off", 600_000, {"500000": 780.0}),
+        session(1, "off", 600_000, {"500000": 800.0, "600000": 900.0}, failed=700_000),
+        session(1, "on", 600_000, {"500000": 820.0, "600000": 950.0}, failed=700_000),
+        session(2, "on", 500_000, {"500000": 840.0}, failed=600_000),
+        session(2, "off", 600_000, {"500000": 780.0}, failed=700_000),
     ]
     v = verdict(sessions)
     assert v["median"] == {"off": 600_000, "on": 550_000}
-    assert v["ratio"] == 550_000 / 600_000 and not v["meets_target"]
+    assert v["ratio_bounds"] == [500_000 / 700_000, 700_000 / 600_000]
+    assert not v["meets_target"] and not v["misses_target"]
     assert v["processing_p50_ratio_by_rate"][500_000] == 830.0 / 790.0
     text = render(sessions, v)
-    assert "on/off = 0.917" in text and f"target >= {TARGET}: NOT met" in text
+    assert "within **[0.71, 1.17]**" in text and "not resolved by these rungs" in text
     assert "| 2 | on | 500,000 | 500,000: 840 |" in text
+
+
+def test_the_target_is_met_only_when_the_whole_range_clears_it():
+    close = [session(1, "off", 700_000, {}, 710_000), session(1, "on", 700_000, {}, 710_000)]
+    assert verdict(close)["meets_target"]  # [0.99, 1.01]
+    below = [session(1, "off", 600_000, {}, 700_000), session(1, "on", 400_000, {}, 500_000)]
+    v = verdict(below)
+    assert v["misses_target"] and "target >= 0.97: NOT met" in render(below, v)
+    unbounded = [session(1, "off", 600_000, {}), session(1, "on", 600_000, {})]
+    assert verdict(unbounded)["ratio_bounds"] == [None, None]
+    assert not verdict(unbounded)["meets_target"]
 
 
 def test_the_section_is_registered_in_bench_run():

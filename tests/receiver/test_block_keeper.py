@@ -6,6 +6,7 @@ stand-in driver that answers as told; no Spark.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from spark_receivers.errors import (
 )
 from spark_receivers.receiver.block_keeper import BlockKeeper, KeeperSettings, process_alive
 from spark_receivers.receiver.block_placement import KeeperSink, effective_level
-from spark_receivers.receiver.keeper_process import ensure_local_keeper
+from spark_receivers.receiver.keeper_process import ensure_local_keeper, keeper_dir
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
@@ -194,6 +195,32 @@ def test_the_keeper_process_is_found_again_and_ends_with_its_executor(secret):
         assert wait_until(lambda: not process_alive(handle.pid)), "the keeper outlived its JVM"
     finally:
         executor.kill()
+
+
+def test_the_files_of_ended_keepers_go_when_the_next_keeper_is_looked_for(secret):
+    executor = subprocess.Popen(["sleep", "60"])  # stands in for the executor's JVM
+    other = subprocess.Popen(["sleep", "60"])  # the executor of a later application
+    later = None
+    try:
+        settings = KeeperSettings(secret, "127.0.0.1", 0, memory_budget_bytes=MiB)
+        handle = ensure_local_keeper(settings, watch_pid=executor.pid)
+        (found,) = [
+            p for p in keeper_dir().glob("*.json") if json.loads(p.read_text())["pid"] == handle.pid
+        ]
+        lock = found.with_suffix(".lock")
+        assert lock.exists()
+        os.kill(executor.pid, signal.SIGKILL)
+        executor.wait()
+        assert wait_until(lambda: not process_alive(handle.pid)), "the keeper outlived its JVM"
+        later_settings = KeeperSettings(new_secret(), "127.0.0.1", 0, memory_budget_bytes=MiB)
+        later = ensure_local_keeper(later_settings, watch_pid=other.pid)
+        assert not found.exists() and not lock.exists()
+    finally:
+        executor.kill()
+        other.kill()
+        other.wait()
+        if later is not None:
+            assert wait_until(lambda: not process_alive(later.pid)), "the keeper outlived its JVM"
 
 
 def test_a_new_keeper_replaces_one_that_stopped_answering(secret):
