@@ -35,12 +35,12 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.rpc.messages import StreamBlockId
 from spark_receivers.util.clock import Clock, SystemClock
@@ -57,27 +57,6 @@ class BlockGeneratorState(enum.Enum):
     STOPPED_ADDING_DATA = 2
     STOPPED_GENERATING_BLOCKS = 3
     STOPPED_ALL = 4
-
-
-@dataclass(frozen=True)
-class Block:
-    """What was cut from a generator's buffer, in the order it was added.
-
-    ``parts`` holds lists of records (added with ``add_data``/``add_many``) and
-    Arrow tables (added with ``add_table``).
-    """
-
-    block_id: StreamBlockId
-    parts: tuple[list[Any] | pa.Table, ...]
-    generated_ms: int
-
-    @property
-    def records(self) -> list[Any]:
-        """Every record as a Python value (tables as dicts of their rows)."""
-        out: list[Any] = []
-        for part in self.parts:
-            out.extend(part.to_pylist() if isinstance(part, pa.Table) else part)
-        return out
 
 
 class BlockGeneratorListener(Protocol):

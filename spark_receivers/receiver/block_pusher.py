@@ -25,7 +25,8 @@ from typing import Any
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError
-from spark_receivers.receiver.block_generator import Block, BlockGenerator
+from spark_receivers.receiver.block import Block
+from spark_receivers.receiver.block_generator import BlockGenerator
 from spark_receivers.receiver.block_handler import BlockStoreResult, ReceivedBlockHandler
 from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.rate_limiter import RateLimiter

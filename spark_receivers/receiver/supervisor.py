@@ -41,7 +41,8 @@ from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ReceiverError, StateError
-from spark_receivers.receiver.block_generator import Block, BlockGenerator
+from spark_receivers.receiver.block import Block
+from spark_receivers.receiver.block_generator import BlockGenerator
 from spark_receivers.receiver.block_handler import (
     BlockStoreBasedBlockHandler,
     ReceivedBlockHandler,

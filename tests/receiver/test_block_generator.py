@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_receivers.errors import ReceiverError, StateError
-from spark_receivers.receiver.block_generator import Block, BlockGenerator, BlockGeneratorState
+from spark_receivers.receiver.block import Block
+from spark_receivers.receiver.block_generator import BlockGenerator, BlockGeneratorState
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.rpc.messages import StreamBlockId
 from spark_receivers.testing import ManualClock

@@ -80,9 +80,7 @@ def test_blocks_the_driver_refuses_are_counted_as_refused(tracker):
 
 def test_wal_writes_are_timed(tracker, tmp_path):
     receiver = Idle()
-    sup = supervise(
-        tracker, receiver, receiver_wal_enabled=True, checkpoint_dir=str(tmp_path)
-    )
+    sup = supervise(tracker, receiver, receiver_wal_enabled=True, checkpoint_dir=str(tmp_path))
     sup.start()
     for i in range(3):
         receiver.store([f"x{i}"] * 10, reliable=True)
