@@ -277,16 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = out / f"observability-{when:%Y%m%dT%H%M%SZ}.json"
     raw.write_text(json.dumps({"command": command, "sessions": sessions, "verdict": v}, indent=1))
     if not args.no_write:
-        body = "\n\n".join(
-            [
-                "## Observability overhead (issue 21): metrics + status page on vs off",
-                f"`{command}` — {when:%Y-%m-%d %H:%M} UTC, load at the end "
-                f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}\n\n{machine.to_markdown()}",
-                DESCRIPTION,
-                table,
-            ]
-        )
-        write_benchmarks_md(args.output, {"observability": body})
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        ran = f"`{command}` — {when:%Y-%m-%d %H:%M} UTC, load at the end {load}"
+        write_section(args.output, ran, machine, table)
         print(f"wrote section 'observability' of {args.output}; raw results in {raw}")
     return 0
 
@@ -300,17 +293,25 @@ def rewrite_from_raw(path: str, output: str) -> int:
     print(table)
     stamp = os.path.basename(path).removeprefix("observability-").removesuffix(".json")
     when = dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ")
+    ran = (
+        f"`{raw['command']}` — {when:%Y-%m-%d %H:%M} UTC (judged again from its raw "
+        "results with `--from-raw`)"
+    )
+    write_section(output, ran, Machine.detect(), table)
+    return 0
+
+
+def write_section(output: str, ran: str, machine: Machine, table: str) -> None:
+    """The ``observability`` section of ``output``: what ran, the machine, the table."""
     body = "\n\n".join(
         [
             "## Observability overhead (issue 21): metrics + status page on vs off",
-            f"`{raw['command']}` — {when:%Y-%m-%d %H:%M} UTC (judged again from its raw "
-            f"results with `--from-raw`)\n\n{Machine.detect().to_markdown()}",
+            f"{ran}\n\n{machine.to_markdown()}",
             DESCRIPTION,
             table,
         ]
     )
     write_benchmarks_md(output, {"observability": body})
-    return 0
 
 
 if __name__ == "__main__":
