@@ -15,10 +15,13 @@ a name ending ``_ms`` or ``_s``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +31,7 @@ __all__ = [
     "OFFERED_FRACTION",
     "PROCESSED_FRACTION",
     "BatchSample",
+    "CpuSampler",
     "LadderResult",
     "Machine",
     "Runner",
@@ -46,6 +50,65 @@ SESSION_OVERHEAD_S = 45.0  # JVM start, warm-up, stop: what a session costs besi
 
 
 # -- the machine ------------------------------------------------------------------------------
+
+
+class CpuSampler:
+    """The machine's busy CPU over time, from ``/proc/stat``, to read back per window.
+
+    A thread samples the busy jiffies of all cores (everything but idle and iowait) every
+    ``period_s``; :meth:`busy_cores` gives the mean number of cores busy between two
+    monotonic times (interpolated between samples). On a quiet machine that is the
+    benchmark's own CPU: every process of it, whatever started them (JVMs, Python workers,
+    block keepers, the load generator). None where the window is not covered (not Linux).
+    """
+
+    def __init__(self, period_s: float = 0.25) -> None:
+        self._period_s = period_s
+        self._samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._ticks = os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    @staticmethod
+    def _busy_jiffies() -> float | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()[1:]
+        except OSError:
+            return None
+        values = [float(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+        return sum(values) - values[3] - values[4]
+
+    def _run(self) -> None:
+        while True:
+            busy = self._busy_jiffies()
+            if busy is None:
+                return
+            self._samples.append((time.monotonic(), busy / self._ticks))
+            if self._stop.wait(self._period_s):
+                return
+
+    def _at(self, t: float) -> float | None:
+        samples = list(self._samples)
+        for (t0, b0), (t1, b1) in itertools.pairwise(samples):
+            if t0 <= t <= t1:
+                return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
+        return None
+
+    def busy_cores(self, start_s: float, end_s: float) -> float | None:
+        """Mean cores busy over ``[start_s, end_s]`` (monotonic seconds), or None."""
+        a, b = self._at(start_s), self._at(end_s)
+        if a is None or b is None or end_s <= start_s:
+            return None
+        return (b - a) / (end_s - start_s)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.child import BATCH_PREFIX, RESULT_PREFIX
-from bench.harness import BatchSample, SessionResult, StepResult, summarize_step
+from bench.harness import BatchSample, CpuSampler, SessionResult, StepResult, summarize_step
 from bench.loadgen import LineServer
 
 __all__ = ["LOG_DIR", "REPO_ROOT", "run_child_session"]
@@ -120,7 +120,7 @@ def run_child_session(
     result = SessionResult()
     error: str | None = None
     server = LineServer.stepped([(r, step_s) for r in rates], accept_timeout_s=startup_timeout_s)
-    with server:
+    with server, CpuSampler() as cpu:
         cmd = [
             sys.executable, "-m", child_module, system,
             "--port", str(server.port),
@@ -182,7 +182,10 @@ def run_child_session(
                     batches=output.batches(),
                     error=error or server.info().error,
                     wall_s=step_s,
-                    extra={"load_1m": round(os.getloadavg()[0], 2)},
+                    extra={
+                        "load_1m": round(os.getloadavg()[0], 2),
+                        "busy_cores": cpu.busy_cores(t0 + start, t0 + end),
+                    },
                 )
                 result.steps.append(step)
                 if on_step is not None:

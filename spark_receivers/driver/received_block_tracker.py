@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.block_events import (
@@ -180,19 +180,31 @@ class ReceivedBlockTracker:
         its event is durable, so every allocation event is logged after the
         addition events of its blocks.
         """
-        if info.stream_id not in self._unallocated:
-            log.warning("block %s of unknown stream %s refused", info.block_id, info.stream_id)
-            return False
-        offsets = info.stream_id in self.logs
-        before_ms = self._clock.get_time_ms() if offsets else 0
-        if not self._write(BlockAdditionEvent(info)):
-            return False
-        with self._lock:
-            if offsets:
-                self.logs.block_queued(info.stream_id, before_ms)
-            self._unallocated[info.stream_id].append(info)
-            self.allocation_changed.notify_all()
-            return True
+        return self.add_blocks((info,))[0]
+
+    def add_blocks(self, infos: Sequence[ReceivedBlockInfo]) -> list[bool]:
+        """:meth:`add_block` for each of ``infos`` (one supervisor's call), in order.
+
+        The lock is taken once for the call: the endpoint's gRPC threads contend for it,
+        and taking it per block made them queue behind each other.
+        """
+        ok = []
+        for info in infos:
+            known = info.stream_id in self._unallocated
+            if not known:
+                log.warning("block %s of unknown stream %s refused", info.block_id, info.stream_id)
+            ok.append(known and self._write(BlockAdditionEvent(info)))
+        queued = [info for info, good in zip(infos, ok, strict=True) if good]
+        if queued:
+            offsets = any(info.stream_id in self.logs for info in queued)
+            before_ms = self._clock.get_time_ms() if offsets else 0
+            with self._lock:
+                for info in queued:
+                    if info.stream_id in self.logs:
+                        self.logs.block_queued(info.stream_id, before_ms)
+                    self._unallocated[info.stream_id].append(info)
+                self.allocation_changed.notify_all()
+        return ok
 
     def allocate_blocks_to_batch(self, batch_time_ms: int) -> None:
         """Move every unallocated block to the batch at ``batch_time_ms``.

@@ -298,7 +298,7 @@ class ReceiverTracker:
             raise RpcError(msg)
         match message:
             case m.AddBlock(block_info=info):
-                return self._add_block(info)
+                return self._add_blocks((info,))[0]
             case m.AddBlocks(block_infos=infos):
                 return self._add_blocks(infos)
             case m.RegisterReceiver():
@@ -321,23 +321,19 @@ class ReceiverTracker:
 
     def _add_blocks(self, infos: Sequence[m.ReceivedBlockInfo]) -> list[bool]:
         """Validate every block first (one bad block refuses the call), then add each."""
-        for info in infos:
-            self._check_block(info)
-        return [self._add_block(info, checked=True) for info in infos]
+        tracked = [self._check_block(info) for info in infos]
+        accepted = self._block_tracker.add_blocks(infos)
+        with self._lock:
+            for r, info, ok in zip(tracked, infos, accepted, strict=True):
+                if ok:
+                    r.records += info.num_records
+                    r.blocks += 1
+        return accepted
 
     def _check_block(self, info: m.ReceivedBlockInfo) -> TrackedReceiver:
         r = self._known(info.stream_id)
         check_block(info, self._check_wal_handle)
         return r
-
-    def _add_block(self, info: m.ReceivedBlockInfo, checked: bool = False) -> bool:
-        r = self._receivers[info.stream_id] if checked else self._check_block(info)
-        ok = self._block_tracker.add_block(info)
-        if ok:
-            with self._lock:
-                r.records += info.num_records
-                r.blocks += 1
-        return ok
 
     def _register(self, msg_: m.RegisterReceiver) -> bool:
         r = self._known(msg_.stream_id)

@@ -180,7 +180,7 @@ def test_summarize_merges_client_reports():
     ]  # fmt: skip
     r = summarize(
         supervisors=4, rate=5.0, clients=2, seconds=2.0, reports=reports, accepted=3,
-        driver_cpu_s=1.0,
+        driver_cpu_s=1.0, steady_accepted_rate=1.6,
     )  # fmt: skip
     assert (r.offered, r.completed, r.failed, r.latency_max_ms) == (20, 3, 1, 3.0)
     assert r.completed_rate == 1.5 and r.offered_rate == 20.0
@@ -188,8 +188,19 @@ def test_summarize_merges_client_reports():
     assert r.first_error == "RpcError: x"
     text = render_tracker_section([r], machine=MACHINE, command="c", when=WHEN)
     # 1.5 blocks/s accepted in 1 call/s (1.5 blocks per call); far below the 5,000/s target.
-    assert "| 4 x 5 | 20 | 2 | **no** | 1 | 1.5 | 1 |" in text and "RpcError: x" in text
+    assert "| 4 x 5 | 20 | 2 | **no** | 2 | 1 | 1.5 | 1 |" in text and "RpcError: x" in text
     assert "through the real endpoint" in text
+
+
+def test_the_tracker_target_needs_the_rate_and_keeping_up_with_the_offer():
+    def result(offered_per_supervisor: float, steady: float) -> TrackerResult:
+        return TrackerResult(1000, offered_per_supervisor, 4, 20.0, 0, 0, 0, 0, None, None,
+                             None, None, 0.0, 0.0, steady_accepted_rate=steady)  # fmt: skip
+
+    assert result(5, 4_990).meets() is False  # under 5,000
+    assert result(5, 5_000).meets() is True
+    assert result(6, 5_500).meets() is False  # 5,500 of 6,000 offered: fell behind
+    assert result(6, 5_900).meets() is True
 
 
 def test_tracker_result_rates_with_zero_window():
@@ -347,10 +358,40 @@ def test_repeated_actions_section_compares_first_and_second_and_judges_the_empty
     cases = [
         {"rate": 100, "cache": True, "batches": 5, "lines_p50": 100.0, "first_p50_ms": 400.0,
          "second_p50_ms": 100.0, "count_p50_ms": 40.0, "batch_p50_ms": 560.0,
-         "batch_p99_ms": 700.0},
+         "batch_p99_ms": 700.0, "floor_p50_ms": 80.0},
         {"rate": 0, "cache": True, "batches": 9, "first_p50_ms": 30.0, "second_p50_ms": 0.0,
          "count_p50_ms": 20.0, "batch_p50_ms": 120.0, "batch_p99_ms": 150.0},
     ]  # fmt: skip
     text = render_repeated_section(cases, machine=MACHINE, command="c", when=WHEN)
-    assert "| on | 100 | 5 | 100 | 400 ms | 100 ms | 0.25 | 40 ms | 560 ms / 700 ms |" in text
+    row = "| on | 100 | 5 | 100 | 400 ms | 100 ms | 0.25 | 80 ms | 1.25 | 40 ms | 560 ms / 700 ms |"
+    assert row in text
     assert "| on | 9 | 120 ms | 150 ms | **no** |" in text
+
+
+def test_cpu_sampler_sees_a_busy_thread_and_nothing_outside_its_samples():
+    import threading
+    import time
+
+    from bench.harness import CpuSampler
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    with CpuSampler(period_s=0.05) as cpu:
+        time.sleep(0.2)
+        start = time.monotonic()
+        spinner = threading.Thread(target=spin)
+        spinner.start()
+        time.sleep(0.6)
+        stop.set()
+        spinner.join()
+        end = time.monotonic()
+        time.sleep(0.2)
+    busy = cpu.busy_cores(start, end)
+    assert busy is not None
+    assert busy > 0.3  # one thread spinning: close to one core unless the machine is full
+    assert cpu.busy_cores(start - 3600, end) is None  # before the first sample
+    assert cpu.busy_cores(end, start) is None

@@ -62,3 +62,31 @@ def test_the_section_is_registered_in_bench_run():
     assert section_argv("observability", quick=True, output="B.md", no_write=True) == [
         "--quick", "--output", "B.md", "--no-write",
     ]  # fmt: skip
+
+
+def test_accounted_ratio_weighs_the_added_threads_against_the_busy_cores_at_capacity():
+    def with_cpu(s: dict, busy: dict, cpu: float | None = None) -> dict:
+        s = {**s, "busy_cores": busy}
+        if cpu is not None:
+            s["steps"] = [
+                *s["steps"][:-1],
+                {
+                    **s["steps"][-1],
+                    "extra": {"observability_cpu_s": cpu, "observability_wall_s": 100.0},
+                },
+            ]
+        return s
+
+    sessions = [
+        with_cpu(session(1, "off", 600_000, {}, 700_000), {"300000": 1.0, "600000": 1.6}),
+        with_cpu(session(1, "on", 600_000, {}, 700_000), {"600000": 1.7}, cpu=1.6),
+        with_cpu(session(2, "on", 500_000, {}, 600_000), {}, cpu=8.0),
+        with_cpu(session(2, "off", 700_000, {}, 800_000), {"700000": 1.8}),
+    ]  # fmt: skip
+    v = verdict(sessions)
+    # B = median(1.6, 1.8) = 1.7 cores; round 1 used 0.016 cores, round 2 0.08.
+    assert v["accounted_ratio_by_round"] == {1: 1 - 0.016 / 1.7, 2: 1 - 0.08 / 1.7}
+    assert not v["meets_target_by_cpu"]  # round 2: 0.953
+    assert "round 1: 0.991, round 2: 0.953" in render(sessions, v)
+    sessions[2] = with_cpu(sessions[2], {}, cpu=2.0)
+    assert verdict(sessions)["meets_target_by_cpu"]
