@@ -20,7 +20,9 @@ registers, then cuts blocks open loop at its rate with a random phase.
 Reported: blocks accepted by the driver per second in the steady part of the window, its
 last three quarters, counted by the driver itself (what "AddBlock/s" means here: one block
 reported and accepted; the target is met when that rate is at least 5,000/s **and** at least
-97 % of the offered rate, i.e. the driver kept up); the blocks answered within the window per
+97 % of the offered rate, i.e. the driver kept up; it can exceed the offered rate while the
+clients catch up on sends that fell late in the first quarter, and it can never exceed what
+the driver did accept); the blocks answered within the window per
 second as the clients saw them (lower by the blocks still in flight at its end), the
 ``AddBlocks`` calls per second that carried them,
 latency (block cut to the driver's answer) p50/p99/max, how late blocks were cut against their

@@ -321,6 +321,25 @@ def test_failed_addition_write_refuses_the_block(tmp_path):
     tracker.stop()
 
 
+def test_a_call_of_blocks_keeps_the_good_ones_in_order_and_refuses_each_bad_one(tmp_path):
+    clock = ManualClock(1_000)
+    log = FlakyLog(create_driver_wal(str(tmp_path), wal_config(), clock))
+    tracker = ReceivedBlockTracker([0, 1], log, clock)
+    a, b, c, d = block(0, 1), block(1, 1), block(0, 2), block(7, 1)
+    log.fail_next = 1  # the first addition's write fails
+    assert tracker.add_blocks([a, b, c, d]) == [False, True, True, False]  # d: unknown stream
+    assert tracker.unallocated_blocks_of_stream(0) == [c]
+    assert tracker.unallocated_blocks_of_stream(1) == [b]
+    tracker.allocate_blocks_to_batch(2_000)
+    tracker.stop()
+    # What the WAL holds agrees: the refused blocks were never logged as added.
+    recovered = ReceivedBlockTracker(
+        [0, 1], create_driver_wal(str(tmp_path), wal_config(), clock), clock, recover=True
+    )
+    assert recovered.get_blocks_of_batch(2_000) == {0: [c.without_store()], 1: [b.without_store()]}
+    recovered.stop()
+
+
 def test_replayed_duplicate_additions_do_not_duplicate_a_block(tmp_path):
     clock = ManualClock(1_000)
     log = create_driver_wal(str(tmp_path), wal_config(driver_wal_allow_batching=False), clock)
