@@ -14,7 +14,7 @@ from spark_receivers.cli.progress import ProgressPrinter, one_line, reason_of
 from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.context import StreamingError
 from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, ReceiverInfo
-from spark_receivers.driver.status import StreamingStatus
+from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.errors import ConfigError
 
 
@@ -266,6 +266,27 @@ def test_a_stop_that_leaves_records_unprocessed_exits_1():
     out = judge(status(records_received=10, records_processed=7), {}, None, wal=False)
     assert out.code == 1
     assert out.lines[-1].startswith("error: the stop left 3 received records unprocessed")
+
+
+def receiver(endpoint: str | None, error: str = "") -> ReceiverStatus:
+    return ReceiverStatus(0, "SocketTextReceiver-0", "INACTIVE", None, None, endpoint, 0, 0, 1,
+                          last_error_message=error)  # fmt: skip
+
+
+def test_a_receiver_that_never_started_fails_the_run_with_its_last_error():
+    refused = receiver(None, "cannot connect to 127.0.0.1:9: Connection refused")
+    out = judge(status(receivers=(refused,)), {}, None, wal=False)
+    assert out.code == 1
+    assert out.lines[-1] == (
+        "error: receiver SocketTextReceiver-0 never started, so nothing was received; its last "
+        "error: cannot connect to 127.0.0.1:9: Connection refused. Check the source and the "
+        "cluster, or give it a longer --seconds"
+    )
+    unscheduled = judge(status(receivers=(receiver(None),)), {}, None, wal=False)
+    assert "no executor ran its task" in unscheduled.lines[-1]
+    # A receiver that started and received nothing (an idle source) is a clean run.
+    idle = judge(status(receivers=(receiver("127.0.0.1:4000"),)), {}, None, wal=False)
+    assert idle.code == 0
 
 
 def test_a_recovered_run_counts_what_it_redid():

@@ -8,8 +8,8 @@ processed first; a second Ctrl-C stops at once), or as soon as the streaming
 context fails (a batch failed, a background part died): the command then stops
 and exits 1 with the reason on its last line. So does a run whose source server
 (socket, Redis, MQTT) stays unreachable for ``--unreachable-timeout``, or is
-unreachable when the run stops (:mod:`spark_receivers.cli.source_watch`). See
-:mod:`spark_receivers.cli.outcome`.
+unreachable when the run stops (:mod:`spark_receivers.cli.source_watch`), and one
+whose receiver never started and received nothing. See :mod:`spark_receivers.cli.outcome`.
 """
 
 from __future__ import annotations

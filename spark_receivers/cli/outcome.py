@@ -6,8 +6,9 @@ Exit statuses:
   received (and every record a recovered checkpoint had to redo) was processed by
   a batch that succeeded;
 * ``1`` — the stream failed (a batch failed, the context failed), the source's
-  server stayed unreachable (``--unreachable-timeout``, or at the stop) or the stop
-  left received records unprocessed;
+  server stayed unreachable (``--unreachable-timeout``, or at the stop), the stop
+  left received records unprocessed, or a receiver never started and nothing was
+  received;
 * ``2`` — a bad argument, URI, sink or setting (before Spark starts when it can be
   known then);
 * ``130`` — stopped at once by a second Ctrl-C.
@@ -85,6 +86,19 @@ def judge(
             f"error: the stop left {unprocessed:,} received records unprocessed "
             f"(batches pending: {len(status.pending_batches_ms)}); a longer "
             "spark.streaming.gracefulStopTimeout gives the last batches more time"
+        )
+        return Outcome(EXIT_FAILED, (*lines, reason))
+    never = [r for r in status.receivers if r.endpoint is None]  # never registered
+    if never and received == 0:
+        r = never[0]
+        why = (
+            f"its last error: {r.last_error_message}"
+            if r.last_error_message
+            else "no executor ran its task (are the executors' task slots all taken?)"
+        )
+        reason = (
+            f"error: receiver {r.name} never started, so nothing was received; {why}. "
+            "Check the source and the cluster, or give it a longer --seconds"
         )
         return Outcome(EXIT_FAILED, (*lines, reason))
     return Outcome(EXIT_OK, tuple(lines))
