@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT, run_child_session
 
 __all__ = ["ColdRun", "render_cold_start_section", "steady_from"]
@@ -175,13 +175,7 @@ def render_cold_start_section(
     errors = [f"- {r.system}: {r.error}" for r in runs if r.error]
     return "\n".join(
         [
-            "## Cold start (issue 20)",
-            "",
-            f"`{command}` — {when:%Y-%m-%d %H:%M %Z}",
-            "",
-            machine.to_markdown(),
-            "",
-            __doc__.split("\n\n", 2)[2].strip() if __doc__ else "",
+            section_head("Cold start (issue 20)", command, when, machine, __doc__),
             "",
             "\n".join(rows),
             "",

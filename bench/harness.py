@@ -15,6 +15,7 @@ a name ending ``_ms`` or ``_s``.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import platform
@@ -38,6 +39,7 @@ __all__ = [
     "SessionResult",
     "StepResult",
     "render_steps_table",
+    "section_head",
     "summarize_step",
     "write_benchmarks_md",
 ]
@@ -508,6 +510,28 @@ _HEADER = (
     "Each section is written by one benchmark between `<!-- bench:NAME -->` markers; "
     "regenerate it with the command it shows. Edit outside the markers only.\n"
 )
+
+
+def section_head(
+    title: str, command: str, when: dt.datetime, machine: Machine, doc: str | None
+) -> str:
+    """The head of a generated section: its title, when and how it ran, the machine, and
+    what it measures (``doc``: the benchmark module's docstring, from its third paragraph).
+    """
+    what = doc.split("\n\n", 2)[2].strip() if doc else ""
+    return "\n".join(
+        [
+            f"## {title}",
+            "",
+            f"Run {when:%Y-%m-%d %H:%M %Z} with:",
+            "",
+            f"    {command}",
+            "",
+            machine.to_markdown(),
+            "",
+            what,
+        ]
+    )
 
 
 def write_benchmarks_md(path: Path | str, sections: Mapping[str, str]) -> None:

@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from bench.child import WORD_MARK, ChildArgs, spark_conf, warmup_lines
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = ["main", "render_repeated_section"]
@@ -176,13 +176,7 @@ def render_repeated_section(
         )
     return "\n".join(
         [
-            "## Repeated actions on a batch (issue 20)",
-            "",
-            f"`{command}` — {when:%Y-%m-%d %H:%M %Z}",
-            "",
-            machine.to_markdown(),
-            "",
-            __doc__.split("\n\n", 2)[2].strip() if __doc__ else "",
+            section_head("Repeated actions on a batch (issue 20)", command, when, machine, __doc__),
             "",
             "Data batches:",
             "",

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = ["FormResult", "StoreDriver", "floor_rate", "render_store_section", "run_form"]
@@ -306,15 +306,13 @@ def render_store_section(
         )
     return "\n".join(
         [
-            "## Store: records/s per receiver through the supervisor to the block store",
-            "",
-            f"Run {when:%Y-%m-%d %H:%M %Z} with:",
-            "",
-            f"    {command}",
-            "",
-            machine.to_markdown(),
-            "",
-            __doc__.split("\n\n", 2)[2].strip() if __doc__ else "",
+            section_head(
+                "Store: records/s per receiver through the supervisor to the block store",
+                command,
+                when,
+                machine,
+                __doc__,
+            ),
             "",
             f"The targets were set against a floor of {ISSUE_FLOOR:,}/s on an idle machine; "
             "on a shared machine the ratio to the floor measured next to each form is the "

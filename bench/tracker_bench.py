@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = [
@@ -472,15 +472,13 @@ def render_tracker_section(
               for r in results if r.first_error]  # fmt: skip
     return "\n".join(
         [
-            "## Tracker: blocks from 1,000 simulated supervisors, through the real endpoint",
-            "",
-            f"Run {when:%Y-%m-%d %H:%M %Z} with:",
-            "",
-            f"    {command}",
-            "",
-            machine.to_markdown(),
-            "",
-            __doc__.split("\n\n", 2)[2].strip() if __doc__ else "",
+            section_head(
+                "Tracker: blocks from 1,000 simulated supervisors, through the real endpoint",
+                command,
+                when,
+                machine,
+                __doc__,
+            ),
             "",
             "\n".join(rows),
             "",
