@@ -188,6 +188,10 @@ class ReceivedBlockTracker:
         The lock is taken once for the call: the endpoint's gRPC threads contend for it,
         and taking it per block made them queue behind each other.
         """
+        # A block log's WAL floor is the time before its first block was logged: taken
+        # before any write, so that cleanup never drops an addition event it needs.
+        offsets = any(info.stream_id in self.logs for info in infos)
+        before_ms = self._clock.get_time_ms() if offsets else 0
         ok = []
         for info in infos:
             known = info.stream_id in self._unallocated
@@ -196,8 +200,6 @@ class ReceivedBlockTracker:
             ok.append(known and self._write(BlockAdditionEvent(info)))
         queued = [info for info, good in zip(infos, ok, strict=True) if good]
         if queued:
-            offsets = any(info.stream_id in self.logs for info in queued)
-            before_ms = self._clock.get_time_ms() if offsets else 0
             with self._lock:
                 for info in queued:
                     if info.stream_id in self.logs:

@@ -182,3 +182,26 @@ def test_wal_cleanup_keeps_the_events_a_block_log_still_needs(tmp_path):
     tracker = open_tracker(tmp_path, clock, recover=True)
     assert tracker.logs.offset_status(1) == {"base": 10, "end": 10, "queued": 0}
     tracker.stop()
+
+
+def test_the_wal_floor_of_a_call_of_blocks_is_no_later_than_its_first_addition_event(tmp_path):
+    clock = ManualClock(1_000_000)
+
+    class SlowLog(FlakyLog):
+        """Each write takes 50 ms of the clock, as an fsync does of the wall clock."""
+
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.times: list[int] = []
+
+        def write(self, data, time_ms):
+            self.times.append(time_ms)
+            clock.advance(50)
+            return super().write(data, time_ms)
+
+    wal = SlowLog(create_driver_wal(str(tmp_path), wal_config(), clock))
+    tracker = open_tracker(tmp_path, clock, wal=wal)
+    assert tracker.add_blocks([block(1, 1), block(1, 2), block(1, 3)]) == [True] * 3
+    # The log still needs the first addition event: cleanup must keep everything from it.
+    assert tracker.logs.wal_floor_ms() <= min(wal.times)
+    tracker.stop()
