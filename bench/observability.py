@@ -117,16 +117,20 @@ class _Viewer:
                 self._get("metrics")
 
 
-def threads_cpu_s(names: Sequence[str]) -> float:
-    """CPU seconds (user + system) of this process's live threads named ``names`` (Linux)."""
+def threads_cpu_s(names: Sequence[str]) -> float | None:
+    """CPU seconds (user + system) of this process's live threads named ``names`` (Linux).
+
+    None unless every name is a live thread: a thread not found must not read as free.
+    """
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    total, found = 0.0, set()
     for t in threading.enumerate():
         if t.name in names and t.native_id is not None:
             with open(f"/proc/self/task/{t.native_id}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
+            found.add(t.name)
+    return total if found == set(names) else None
 
 
 def _pipeline(mode: str, args: ChildArgs, recorder: BatchRecorder) -> Stop:
@@ -153,7 +157,7 @@ def _pipeline(mode: str, args: ChildArgs, recorder: BatchRecorder) -> Stop:
     def stop_all() -> dict[str, Any]:
         # Read before the threads end: their /proc entries go with them.
         accounted = {
-            "observability_cpu_s": threads_cpu_s(ACCOUNTED_THREADS) if on else 0.0,
+            "observability_cpu_s": threads_cpu_s(ACCOUNTED_THREADS) if on else None,
             "observability_wall_s": time.monotonic() - started,
         }
         extra = viewer.stop() if viewer is not None else {}

@@ -90,3 +90,27 @@ def test_accounted_ratio_weighs_the_added_threads_against_the_busy_cores_at_capa
     assert "round 1: 0.991, round 2: 0.953" in render(sessions, v)
     sessions[2] = with_cpu(sessions[2], {}, cpu=2.0)
     assert verdict(sessions)["meets_target_by_cpu"]
+
+
+def test_thread_cpu_is_read_only_when_every_named_thread_is_alive():
+    import threading
+
+    from bench.observability import threads_cpu_s
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    t = threading.Thread(target=spin, name="bench-spinner")
+    t.start()
+    try:
+        stop.wait(0.3)
+        cpu = threads_cpu_s(("bench-spinner",))
+        assert cpu is not None and cpu > 0
+        assert threads_cpu_s(("bench-spinner", "no-such-thread")) is None
+    finally:
+        stop.set()
+        t.join()
