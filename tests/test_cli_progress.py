@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from spark_receivers.cli.ingest import progress_mode
-from spark_receivers.cli.live_view import JsonProgress, LiveView, size
+from spark_receivers.cli.live_view import JsonProgress, LiveView, size, view_owns_the_terminal
 from spark_receivers.cli.sinks import parse_sink
 from spark_receivers.cli.spark_session import spark_settings, without_unavailable_status_page
 from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, StreamInputInfo
@@ -116,3 +116,19 @@ def test_the_live_view_shows_totals_rates_delays_and_receivers():
     for cell in ("ACTIVE", "driver", "1,234", "unlimited", "3.0 MiB", "2.5 s"):
         assert cell in row, (cell, row)
     assert size(512) == "512 B" and size(1536) == "1.5 KiB"
+
+
+def test_while_the_view_draws_other_writers_to_descriptor_2_go_to_a_log(capfd):
+    with view_owns_the_terminal(True) as path:
+        assert path is not None
+        os.write(2, b"26/11/24 WARN from the JVM or a worker\n")  # behind rich's back
+        print("the command's own line", file=sys.stderr)
+    os.write(2, b"after the view\n")
+    _, err = capfd.readouterr()
+    assert "the command's own line" in err and "after the view" in err
+    assert "from the JVM" not in err
+    with open(path) as f:
+        assert f.read() == "26/11/24 WARN from the JVM or a worker\n"
+    os.unlink(path)
+    with view_owns_the_terminal(False) as none:  # lines and json modes change nothing
+        assert none is None

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_receivers.cli.live_view import JsonProgress, LiveView
+from spark_receivers.cli.live_view import JsonProgress, LiveView, view_owns_the_terminal
 from spark_receivers.cli.outcome import EXIT_INTERRUPTED, EXIT_OK, judge
 from spark_receivers.cli.progress import ProgressPrinter, one_line
 from spark_receivers.cli.sinks import SinkSpec, parse_sink
@@ -247,11 +247,14 @@ def run(
     if args.check:
         _print_plan(plan)
         return EXIT_OK
-    spark = start(plan.spark)
-    try:
-        return _stream(plan, spark)
-    finally:
-        spark.stop()
+    with view_owns_the_terminal(plan.progress == "live") as log_path:
+        if log_path is not None:
+            say(f"Spark's and the receivers' own log lines go to {log_path}")
+        spark = start(plan.spark)
+        try:
+            return _stream(plan, spark)
+        finally:
+            spark.stop()
 
 
 def _settle(

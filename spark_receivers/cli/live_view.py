@@ -13,15 +13,25 @@
 Both count batches as :class:`~spark_receivers.cli.progress.ProgressPrinter`
 does (the exit status is judged from those counts). Listener callbacks run on
 the bus thread and never block; rich redraws on a thread of its own.
+
+:func:`view_owns_the_terminal`: while the live view draws, nothing else may write to
+the terminal behind rich's back (a line written there leaves a stale frame above the
+view). The JVM, the receivers' Python workers it starts (in local mode their stderr is
+the terminal) and logging handlers bound to the real stderr all write to file
+descriptor 2; the command points it at a log file before Spark starts, and gives the
+view and its own lines a copy of the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TextIO, cast
 
 from rich.console import Console, Group, RenderableType
@@ -36,7 +46,7 @@ if TYPE_CHECKING:
     from spark_receivers.driver.status import StreamingStatus
     from spark_receivers.driver.streaming_progress import StreamingProgress
 
-__all__ = ["JsonProgress", "LiveView", "size"]
+__all__ = ["JsonProgress", "LiveView", "size", "view_owns_the_terminal"]
 
 RECENT = 30
 """Batches the averages and maxima are taken over."""
@@ -53,6 +63,35 @@ def size(n: float) -> str:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
+
+
+@contextlib.contextmanager
+def view_owns_the_terminal(live: bool) -> Iterator[str | None]:
+    """Point file descriptor 2 at a log file while ``live``; yield its path (None: no change).
+
+    ``sys.stderr`` becomes a copy of the terminal for the duration (the view and the
+    command's own lines); whatever else writes to descriptor 2 — the JVM started inside,
+    its Python workers, logging handlers made before — goes to the log. Restored on exit.
+    """
+    if not live:
+        yield None
+        return
+    fd, path = tempfile.mkstemp(prefix="spark-receivers-ingest-", suffix=".log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    previous = sys.stderr
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stderr = terminal
+    try:
+        yield path
+    finally:
+        terminal.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr = previous
+        terminal.close()
 
 
 class LiveView(ProgressPrinter):
