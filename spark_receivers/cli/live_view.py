@@ -73,10 +73,14 @@ def view_owns_the_terminal(live: bool) -> Iterator[str | None]:
     command's own lines); whatever else writes to descriptor 2 — the JVM started inside,
     its Python workers, logging handlers made before — goes to the log. Restored on exit.
     """
-    if not live:
+    fd, path = -1, ""
+    if live:
+        # Nowhere to write the log: the view draws as before, stray lines and all.
+        with contextlib.suppress(OSError):
+            fd, path = tempfile.mkstemp(prefix="spark-receivers-ingest-", suffix=".log")
+    if fd < 0:
         yield None
         return
-    fd, path = tempfile.mkstemp(prefix="spark-receivers-ingest-", suffix=".log")
     sys.stderr.flush()
     saved = os.dup(2)
     terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
