@@ -40,6 +40,7 @@ __all__ = [
     "StepResult",
     "render_steps_table",
     "section_head",
+    "stat_cpu_seconds",
     "summarize_step",
     "write_benchmarks_md",
 ]
@@ -52,6 +53,15 @@ SESSION_OVERHEAD_S = 45.0  # JVM start, warm-up, stop: what a session costs besi
 
 
 # -- the machine ------------------------------------------------------------------------------
+
+
+def stat_cpu_seconds(stat_path: str) -> float:
+    """User + system CPU seconds from a ``/proc`` stat file: a process's
+    (``/proc/<pid>/stat``) or one of its threads' (``/proc/<pid>/task/<tid>/stat``)."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15)
 
 
 class CpuSampler:

@@ -50,7 +50,7 @@ from functools import partial
 from typing import Any
 
 from bench.child import BatchRecorder, ChildArgs, Stop, child_main
-from bench.harness import Machine, StepResult, write_benchmarks_md
+from bench.harness import Machine, StepResult, stat_cpu_seconds, write_benchmarks_md
 from bench.step import REPO_ROOT, run_child_session
 
 MODES = ("off", "on")
@@ -122,13 +122,10 @@ def threads_cpu_s(names: Sequence[str]) -> float | None:
 
     None unless every name is a live thread: a thread not found must not read as free.
     """
-    ticks = os.sysconf("SC_CLK_TCK")
     total, found = 0.0, set()
     for t in threading.enumerate():
         if t.name in names and t.native_id is not None:
-            with open(f"/proc/self/task/{t.native_id}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
+            total += stat_cpu_seconds(f"/proc/self/task/{t.native_id}/stat")
             found.add(t.name)
     return total if found == set(names) else None
 
@@ -273,7 +270,7 @@ def verdict(sessions: list[dict[str, Any]]) -> dict[str, Any]:
         if v["on"] and v["off"] and statistics.median(v["off"]) > 0
     }
     lo, hi = ratio_bounds(sessions)
-    by_cpu = accounted_ratios(sessions)
+    accounted = accounted_ratios(sessions)
     return {
         "capacity": by_mode,
         "median": medians,
@@ -282,8 +279,8 @@ def verdict(sessions: list[dict[str, Any]]) -> dict[str, Any]:
         "meets_target": lo is not None and lo >= TARGET,
         "misses_target": hi is not None and hi < TARGET,
         "processing_p50_ratio_by_rate": p50_ratio,
-        "accounted_ratio_by_round": by_cpu,
-        "meets_target_by_cpu": bool(by_cpu) and min(by_cpu.values()) >= TARGET,
+        "accounted_ratio_by_round": accounted,
+        "meets_target_by_accounting": bool(accounted) and min(accounted.values()) >= TARGET,
     }
 
 
@@ -309,14 +306,14 @@ def render(sessions: list[dict[str, Any]], v: dict[str, Any]) -> str:
         f"capacity ratio on/off within **{bounds}** from the rungs held and failed "
         f"(target >= {TARGET}: {judged}).",
     ]
-    by_cpu = v.get("accounted_ratio_by_round") or {}
-    if by_cpu:
-        rounds = ", ".join(f"round {r}: {x:.3f}" for r, x in by_cpu.items())
+    accounted = v.get("accounted_ratio_by_round") or {}
+    if accounted:
+        rounds = ", ".join(f"round {r}: {x:.3f}" for r, x in accounted.items())
         lines.append(
             "Capacity ratio on/off by accounting (1 - the cores used by the page's server "
             "and the viewer ÷ the cores busy at capacity with everything off; see "
             f"`accounted_ratios`): {rounds} (target >= {TARGET} in every round: "
-            f"{'met' if v['meets_target_by_cpu'] else 'NOT met'})."
+            f"{'met' if v['meets_target_by_accounting'] else 'NOT met'})."
         )
     if v["processing_p50_ratio_by_rate"]:
         per_rate = ", ".join(

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.harness import Machine, section_head, write_benchmarks_md
+from bench.harness import Machine, section_head, stat_cpu_seconds, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = [
@@ -102,10 +102,7 @@ def schedule(
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, from ``/proc/<pid>/stat`` (Linux)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15)
+    return stat_cpu_seconds(f"/proc/{pid}/stat")
 
 
 @dataclass(frozen=True)

@@ -86,10 +86,10 @@ def test_accounted_ratio_weighs_the_added_threads_against_the_busy_cores_at_capa
     v = verdict(sessions)
     # B = median(1.6, 1.8) = 1.7 cores; round 1 used 0.016 cores, round 2 0.08.
     assert v["accounted_ratio_by_round"] == {1: 1 - 0.016 / 1.7, 2: 1 - 0.08 / 1.7}
-    assert not v["meets_target_by_cpu"]  # round 2: 0.953
+    assert not v["meets_target_by_accounting"]  # round 2: 0.953
     assert "round 1: 0.991, round 2: 0.953" in render(sessions, v)
     sessions[2] = with_cpu(sessions[2], {}, cpu=2.0)
-    assert verdict(sessions)["meets_target_by_cpu"]
+    assert verdict(sessions)["meets_target_by_accounting"]
 
 
 def test_thread_cpu_is_read_only_when_every_named_thread_is_alive():
