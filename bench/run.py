@@ -13,8 +13,9 @@ through the real endpoint), ``wal`` (issue 4, ``bench/wal_bench.py``), ``latency
 ``observability`` (issue 21, ``bench/observability.py``: metrics + status page on vs off),
 ``cold_start`` (issue 20, ``bench/cold_start.py``: scheduling delay over time from a cold
 start, with a plot), ``repeated_actions`` (issue 20, ``bench/repeated_actions.py``: first vs
-second action, the empty batch), then ``throughput`` (issues 11 and 20, the rate ladder of
-``bench/ladder.py``). The sections before the ladder are bounded by their own lengths; the
+second action, the empty batch), ``query_floor`` (issue 20, ``bench/query_floor.py``: the
+ladder's batch query on rows already in Spark's memory, per rung), then ``throughput``
+(issues 11 and 20, the rate ladder of ``bench/ladder.py``). The sections before the ladder are bounded by their own lengths; the
 ladder has its own budget, ``--budget-minutes`` (40 by default), shared out among its
 sessions.
 
@@ -65,6 +66,7 @@ from bench import (
     cold_start,
     latency_bench,
     observability,
+    query_floor,
     repeated_actions,
     replication_bench,
     store_bench,
@@ -121,6 +123,7 @@ SECTIONS = (
     "observability",
     "cold_start",
     "repeated_actions",
+    "query_floor",
     "throughput",
 )
 BEFORE_LADDER = {
@@ -132,6 +135,7 @@ BEFORE_LADDER = {
     "replication": replication_bench,
     "cold_start": cold_start,
     "repeated_actions": repeated_actions,
+    "query_floor": query_floor,  # issue 20: what Spark alone needs for the batch query
     "observability": observability,  # issue 21: metrics + status page on vs off
 }
 FULL_GRID = rung_grid(10_000, 4_000_000)

@@ -395,3 +395,41 @@ def test_cpu_sampler_sees_a_busy_thread_and_nothing_outside_its_samples():
     assert busy > 0.3  # one thread spinning: close to one core unless the machine is full
     assert cpu.busy_cores(start - 3600, end) is None  # before the first sample
     assert cpu.busy_cores(end, start) is None
+
+
+def _floor_rung(lines: int, wc_ms: float, wc_core_s: float | None) -> dict:
+    def figures(p50: float, core_s: float | None) -> dict:
+        return {"p50_ms": p50, "min_ms": p50 - 10, "max_ms": p50 + 10, "busy_cores": 1.9,
+                "core_s": core_s, "runs": 7}  # fmt: skip
+
+    return {
+        "lines": lines,
+        "wordcount/cache": figures(wc_ms, wc_core_s),
+        "wordcount/checkpoint": figures(wc_ms + 50, wc_core_s),
+        "two_action/cache": figures(wc_ms + 100, wc_core_s),
+        "two_action/checkpoint": figures(wc_ms + 60, wc_core_s),
+    }
+
+
+def test_query_floor_counts_a_rung_only_when_the_query_leaves_room_in_time_and_cpu():
+    from bench.query_floor import fits
+
+    assert fits({"p50_ms": 900.0, "core_s": 1.5})
+    assert not fits({"p50_ms": 1000.0, "core_s": 1.0})  # the whole interval
+    assert not fits({"p50_ms": 700.0, "core_s": 2.1}, cores=2.0)  # more CPU than the cores
+    assert fits({"p50_ms": 700.0, "core_s": None})  # CPU unknown: time alone
+
+
+def test_query_floor_section_takes_the_faster_form_and_gives_bounds_from_its_rungs():
+    from bench.query_floor import render_floor_section
+
+    rungs = [
+        _floor_rung(500_000, 450.0, 0.8),
+        _floor_rung(1_000_000, 850.0, 2.4),  # in time, but more CPU than 2 cores have
+        _floor_rung(2_000_000, 1_300.0, 2.6),
+    ]
+    text = render_floor_section(rungs, machine=MACHINE, command="c", when=WHEN)
+    assert "| 500,000 | wordcount | 450 / 440 | 500 / 490 | 1.90 | 0.80 | yes |" in text
+    assert "| 500,000 | two_action | 550 / 540 | 510 / 500 | 1.90 | 0.80 | yes |" in text
+    assert "| 1,000,000 | wordcount |" in text and text.count("| no |") == 4
+    assert "wordcount: Spark alone fits up to 500,000 lines per 1 s batch, not at 1,000,000" in text

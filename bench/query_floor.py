@@ -1,0 +1,247 @@
+"""Spark alone: the ladder's batch query on rows already in Spark's memory, per batch size.
+
+    python -m bench.query_floor                       # ~6 minutes, writes the section
+    python -m bench.query_floor --quick --no-write
+
+What no ingest path can beat on this machine (issue 20): the ladder's two DataFrame
+pipelines, the word count (``explode(split)`` → ``groupBy`` → ``collect``) and ``count()``
+then the word count, run by Spark on a batch of the ladder's 100-byte lines that is already
+in Spark's memory, in 4 partitions (``local[4]``, the ladder's settings), with no receiver,
+no load generator and no stream running. Batch sizes are the ladder's rungs (1 s batches,
+so a rung of R lines/s is a batch of R lines). Two forms of "in memory", each measured,
+the faster counting: the DataFrame cache (``cache()``, what a batch's rows become after its
+first action) and Spark's own rows (``localCheckpoint()``). The JVM is warmed up first
+(a word count repeated on a million lines), then per rung and form: two untimed runs, then
+``--runs`` timed runs of each pipeline. The machine's busy cores over the timed runs (all
+processes, ``/proc/stat``) times their wall time gives the CPU one batch's query takes.
+
+Reading: a rung whose query alone takes the whole interval (p50 ≥ 1 s) cannot be held by
+any system that must also receive the lines in that second on the same cores; nor can one
+whose query alone takes 2 core-seconds (both cores for the whole interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.child import WORD_MARK, ChildArgs, spark_conf
+from bench.harness import CpuSampler, Machine, section_head, write_benchmarks_md
+from bench.ladder import rung_grid
+from bench.loadgen import BLOCK_LINES, LinePool
+from bench.step import REPO_ROOT
+
+__all__ = ["QUERIES", "fits", "main", "render_floor_section"]
+
+INTERVAL_MS = 1000.0
+CORES_PER_INTERVAL = float(os.cpu_count() or 2)
+FORMS = ("cache", "checkpoint")
+DEFAULT_RUNGS = [r for r in rung_grid(10_000, 2_000_000) if r >= 340_000]
+
+
+def word_count(df: Any) -> int:
+    """The ladder's word count (``bench/receivers.py``); returns the batch's line count."""
+    from pyspark.sql import functions as F
+
+    words = F.concat(F.array(F.lit(WORD_MARK)), F.slice(F.split("value", " "), 2, 1000))
+    rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
+    return next((int(r["count"]) for r in rows if r["word"] == WORD_MARK), 0)
+
+
+def two_action(df: Any) -> int:
+    """The ladder's two-action pipeline: ``count()``, then the word count."""
+    n = int(df.count())
+    word_count(df)
+    return n
+
+
+QUERIES: dict[str, Callable[[Any], int]] = {"wordcount": word_count, "two_action": two_action}
+
+
+def lines_table(pool: LinePool, n: int) -> Any:
+    """``n`` of the load generator's lines (``n`` a multiple of 1,000) as an Arrow table."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunk = b"".join(bytes(pool.block(i)) for i in range(n // BLOCK_LINES)).rstrip(b"\n")
+    lines = pc.split_pattern(pa.array([chunk], pa.binary()), b"\n").values.cast(pa.string())
+    return pa.table({"value": lines})
+
+
+def _timed(sampler: CpuSampler, query: Callable[[Any], int], df: Any, runs: int, n: int) -> dict:
+    for _ in range(2):
+        query(df)
+    walls: list[float] = []
+    start = time.monotonic()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        got = query(df)
+        walls.append((time.perf_counter() - t0) * 1000)
+        if got != n:
+            raise RuntimeError(f"the query counted {got} lines of {n}: the data is not all there")
+    end = time.monotonic()
+    time.sleep(0.5)  # a sample after the window, to read the window's end from
+    busy = sampler.busy_cores(start, end)
+    p50 = statistics.median(walls)
+    return {
+        "p50_ms": p50,
+        "min_ms": min(walls),
+        "max_ms": max(walls),
+        "busy_cores": busy,
+        "core_s": None if busy is None else busy * sum(walls) / 1000 / runs,
+        "runs": len(walls),
+    }
+
+
+def measure_rung(spark: Any, sampler: CpuSampler, pool: LinePool, n: int, runs: int) -> dict:
+    """Every query on every form for one batch of ``n`` lines."""
+    base = spark.createDataFrame(lines_table(pool, n)).repartition(4)
+    out: dict[str, Any] = {"lines": n}
+    for form in FORMS:
+        if form == "cache":
+            df = base.cache()
+            df.count()
+        else:
+            df = base.localCheckpoint(eager=True)
+        try:
+            for name, query in QUERIES.items():
+                out[f"{name}/{form}"] = _timed(sampler, query, df, runs, n)
+        finally:
+            if form == "cache":
+                df.unpersist(blocking=True)
+            else:
+                df.rdd.unpersist(blocking=True)
+    return out
+
+
+def best(rung: dict, query: str) -> dict:
+    """The faster form's figures for ``query`` (by p50)."""
+    return min((rung[f"{query}/{f}"] for f in FORMS), key=lambda r: r["p50_ms"])
+
+
+def fits(figures: dict, *, interval_ms: float = INTERVAL_MS, cores: float = CORES_PER_INTERVAL):
+    """Whether Spark alone leaves room in the interval: p50 below it and the CPU below all
+    the cores for it. (A batch also has to be received; this is only the query.)"""
+    core_s = figures.get("core_s")
+    return figures["p50_ms"] < interval_ms and (
+        core_s is None or core_s < cores * interval_ms / 1000
+    )
+
+
+def _bounds(rungs: Sequence[dict], query: str) -> str:
+    held = [r["lines"] for r in rungs if fits(best(r, query))]
+    failed = [r["lines"] for r in rungs if not fits(best(r, query))]
+    hi = min(failed) if failed else None
+    lo = max((x for x in held if hi is None or x < hi), default=None)
+    low = f"{lo:,}" if lo else "none of the rungs"
+    high = f"not at {hi:,}" if hi else "and every rung above it"
+    return f"fits up to {low} lines per 1 s batch, {high}"
+
+
+def _f(value: float | None, fmt: str = ",.0f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render_floor_section(
+    rungs: Sequence[dict], *, machine: Machine, command: str, when: dt.datetime
+) -> str:
+    head = section_head(
+        "Spark alone: the batch query on rows in memory (issue 20)", command, when, machine, __doc__
+    )
+    rows = [
+        "| lines per batch | query | cache p50 / min ms | checkpoint p50 / min ms "
+        "| busy cores | CPU per batch (core-s) | fits a 1 s batch |",
+        "|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rungs:
+        for q in QUERIES:
+            c, k, b = r[f"{q}/cache"], r[f"{q}/checkpoint"], best(r, q)
+            rows.append(
+                f"| {r['lines']:,} | {q} | {_f(c['p50_ms'])} / {_f(c['min_ms'])} "
+                f"| {_f(k['p50_ms'])} / {_f(k['min_ms'])} | {_f(b['busy_cores'], '.2f')} "
+                f"| {_f(b['core_s'], '.2f')} | {'yes' if fits(b) else 'no'} |"
+            )
+    summary = [f"- {q}: Spark alone {_bounds(rungs, q)}." for q in QUERIES]
+    return "\n\n".join(
+        [
+            head,
+            "\n".join(rows),
+            "\n".join(summary),
+            "Busy cores and CPU are those of the faster form; `fits` = p50 < 1,000 ms and CPU < "
+            f"{CORES_PER_INTERVAL:.0f} core-seconds.",
+        ]
+    )
+
+
+def _warm_up(spark: Any, pool: LinePool, seconds: float) -> None:
+    df = spark.createDataFrame(lines_table(pool, 1_000_000)).repartition(4).cache()
+    df.count()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        word_count(df)
+    df.unpersist(blocking=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.query_floor", description=(__doc__ or "").split("\n")[0]
+    )
+    p.add_argument("--quick", action="store_true", help="3 rungs, 3 runs each")
+    p.add_argument("--rungs", help="lines per batch, comma-separated (the ladder's from 346,000)")
+    p.add_argument("--runs", type=int, help="timed runs per query, form and rung (7; quick 3)")
+    p.add_argument("--warm-up", type=float, default=20.0, help="seconds of JIT warm-up")
+    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    rungs = (
+        [int(x) // BLOCK_LINES * BLOCK_LINES for x in args.rungs.split(",")]
+        if args.rungs
+        else (DEFAULT_RUNGS[::3] if args.quick else DEFAULT_RUNGS)
+    )
+    runs = args.runs or (3 if args.quick else 7)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    machine = Machine.detect()
+    when = dt.datetime.now(dt.UTC)
+    command = "python -m bench.query_floor " + shlex.join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    builder = SparkSession.builder.master("local[4]").appName("query-floor")
+    for k, v in spark_conf(ChildArgs("spark", 0, 0.0, 1.0, "local[4]", "wordcount", 0.0)).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    pool = LinePool()
+    results = []
+    try:
+        with CpuSampler() as sampler:
+            _warm_up(spark, pool, 5.0 if args.quick else args.warm_up)
+            for n in rungs:
+                rung = measure_rung(spark, sampler, pool, n, runs)
+                print(json.dumps(rung), flush=True)
+                results.append(rung)
+    finally:
+        spark.stop()
+    section = render_floor_section(results, machine=machine, command=command, when=when)
+    print(section, flush=True)
+    out = REPO_ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"query-floor-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(results, indent=1))
+    if not args.no_write:
+        write_benchmarks_md(args.output, {"query_floor": section})
+        print(f"wrote section 'query_floor' of {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
