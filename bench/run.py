@@ -15,9 +15,9 @@ through the real endpoint), ``wal`` (issue 4, ``bench/wal_bench.py``), ``latency
 start, with a plot), ``repeated_actions`` (issue 20, ``bench/repeated_actions.py``: first vs
 second action, the empty batch), ``query_floor`` (issue 20, ``bench/query_floor.py``: the
 ladder's batch query on rows already in Spark's memory, per rung), then ``throughput``
-(issues 11 and 20, the rate ladder of ``bench/ladder.py``). The sections before the ladder are bounded by their own lengths; the
-ladder has its own budget, ``--budget-minutes`` (40 by default), shared out among its
-sessions.
+(issues 11 and 20, the rate ladder of ``bench/ladder.py``). The sections before the ladder
+are bounded by their own lengths; the ladder has its own budget, ``--budget-minutes`` (40 by
+default), shared out among its sessions.
 
 The ladder gives every system the same geometric rungs (1.25x apart): per system and
 pipeline a coarse session climbs every 4th rung, then a fine session climbs every rung from
