@@ -250,8 +250,18 @@ class Target:
     at_least: float
 
 
-def judge_targets(caps: Sequence[Capacity], targets: Sequence[Target]) -> str:
-    """A Markdown table: each target met only when the lower bound clears it."""
+def judge_targets(
+    caps: Sequence[Capacity],
+    targets: Sequence[Target],
+    floor_fails: Mapping[str, int] | None = None,
+) -> str:
+    """A Markdown table: each target met only when the lower bound clears it.
+
+    ``floor_fails``: per pipeline, the smallest batch (lines) whose query Spark alone could
+    not fit in a batch interval with the rows already in memory (``bench/query_floor.py``,
+    same run). A target not met whose lower bound would need a rung at or above it held is
+    marked out of reach on this machine.
+    """
     by = {(c.system, c.pipeline): c for c in caps}
     rows = ["| target | measured bound | verdict |", "|---|---:|---|"]
     for t in targets:
@@ -267,6 +277,15 @@ def judge_targets(caps: Sequence[Capacity], targets: Sequence[Target]) -> str:
             verdict = "**not met**"
         else:
             verdict = "undecided: the bound straddles the target"
+        floor = (floor_fails or {}).get(t.pipeline)
+        if lo < t.at_least and floor is not None and b.hi is not None:
+            needed = t.at_least * b.hi
+            if needed >= floor:
+                verdict += (
+                    f"; out of reach on this machine: it needs a rung of at least "
+                    f"{needed:,.0f} lines/s held, and Spark alone, with the rows already in "
+                    f"memory, does not fit a batch of {floor:,} (query_floor)"
+                )
         rows.append(f"| {name} | [{_x(lo)}, {_x(hi)}] | {verdict} |")
     return "\n".join(rows)
 
@@ -279,6 +298,7 @@ def render_throughput_section(
     when: dt.datetime,
     notes: str,
     targets: Sequence[Target] = (),
+    floor_fails: Mapping[str, int] | None = None,
 ) -> str:
     """The ``throughput`` section of BENCHMARKS.md (without its markers): this run only."""
     caps = capacities(result.steps)
@@ -308,7 +328,7 @@ def render_throughput_section(
             "",
             "### Targets",
             "",
-            judge_targets(caps, targets) if targets else "(none)",
+            judge_targets(caps, targets, floor_fails) if targets else "(none)",
             "",
             "### Ratios, as bounds",
             "",
@@ -323,7 +343,12 @@ def render_throughput_section(
 
 
 def render_readme_paragraph(
-    caps: Sequence[Capacity], targets: Sequence[Target], *, machine: Machine, when: dt.datetime
+    caps: Sequence[Capacity],
+    targets: Sequence[Target],
+    *,
+    machine: Machine,
+    when: dt.datetime,
+    floor_fails: Mapping[str, int] | None = None,
 ) -> str:
     """The README's performance paragraph, derived from one ladder run's capacities only."""
     by = {(c.system, c.pipeline): c for c in caps}
@@ -346,7 +371,7 @@ def render_readme_paragraph(
             lo, hi = ratio_bounds(ours, peer)
             text += f", DStream {peer.label()}: [{_x(lo)}, {_x(hi)}] DStream's capacity"
         sentences.append(text + ".")
-    verdicts = judge_targets(caps, targets).splitlines()[2:]
+    verdicts = judge_targets(caps, targets, floor_fails).splitlines()[2:]
     met = [row.split("|")[1].strip() + " — " + row.split("|")[3].strip() for row in verdicts]
     if met:
         sentences.append("Targets: " + "; ".join(met) + ".")

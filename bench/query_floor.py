@@ -39,12 +39,14 @@ from bench.ladder import rung_grid
 from bench.loadgen import BLOCK_LINES, LinePool
 from bench.step import REPO_ROOT
 
-__all__ = ["QUERIES", "fits", "main", "render_floor_section"]
+__all__ = ["LAST_RESULTS", "QUERIES", "fits", "lowest_failing", "main", "render_floor_section"]
 
 INTERVAL_MS = 1000.0
 CORES_PER_INTERVAL = float(os.cpu_count() or 2)
 FORMS = ("cache", "checkpoint")
 DEFAULT_RUNGS = [r for r in rung_grid(10_000, 2_000_000) if r >= 340_000]
+LAST_RESULTS: list[dict] = []
+"""The rungs :func:`main` measured last (``bench.run`` judges the ladder's targets with them)."""
 
 
 def word_count(df: Any) -> int:
@@ -134,6 +136,16 @@ def fits(figures: dict, *, interval_ms: float = INTERVAL_MS, cores: float = CORE
     return figures["p50_ms"] < interval_ms and (
         core_s is None or core_s < cores * interval_ms / 1000
     )
+
+
+def lowest_failing(rungs: Sequence[dict]) -> dict[str, int]:
+    """Per query (the ladder's pipeline name), the smallest batch Spark alone did not fit."""
+    out = {}
+    for q in QUERIES:
+        failed = [r["lines"] for r in rungs if f"{q}/cache" in r and not fits(best(r, q))]
+        if failed:
+            out[q] = min(failed)
+    return out
 
 
 def _bounds(rungs: Sequence[dict], query: str) -> str:
@@ -232,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(rung)
     finally:
         spark.stop()
+    LAST_RESULTS[:] = results
     section = render_floor_section(results, machine=machine, command=command, when=when)
     print(section, flush=True)
     out = REPO_ROOT / "bench" / "out"

@@ -355,8 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         fine=not args.quick,
     )
     caps = capacities(result.steps)
+    floor_fails = (
+        query_floor.lowest_failing(query_floor.LAST_RESULTS) if "query_floor" in sections else {}
+    )
     print("\nCapacity (offered lines/s):\n" + render_capacities(caps))
-    print("\n" + judge_targets(caps, TARGETS))
+    print("\n" + judge_targets(caps, TARGETS, floor_fails))
     print("\n" + (render_ratios(caps) or "(one system only: no ratios)"), flush=True)
     if result.skipped:
         minutes = budget_s / 60
@@ -372,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"command": command, "machine": asdict(machine), "steps": steps}
     end_load = os.getloadavg()
     report |= {"when": when.isoformat(), "rates": grid, "elapsed_s": result.elapsed_s}
-    report |= {"end_load": end_load}
+    report |= {"end_load": end_load, "query_floor_fails": floor_fails}
     raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
     if not args.no_write:
         section = render_throughput_section(
@@ -382,11 +385,14 @@ def main(argv: list[str] | None = None) -> int:
             when=when,
             notes=throughput_notes(result.steps, end_load),
             targets=TARGETS,
+            floor_fails=floor_fails,
         )
         write_benchmarks_md(args.output, {"throughput": section})
         print(f"\nwrote section 'throughput' of {args.output}; raw steps in {raw}")
         if Path(args.output).resolve() == (REPO_ROOT / "BENCHMARKS.md").resolve():
-            paragraph = render_readme_paragraph(caps, TARGETS, machine=machine, when=when)
+            paragraph = render_readme_paragraph(
+                caps, TARGETS, machine=machine, when=when, floor_fails=floor_fails
+            )
             write_benchmarks_md(REPO_ROOT / "README.md", {"performance": paragraph})
             print("wrote the performance paragraph of README.md from this run")
     if failed:
@@ -415,6 +421,7 @@ def rewrite_from_raw(raw: Path, output: str) -> int:
         when=dt.datetime.fromisoformat(data["when"]),
         notes=throughput_notes(result.steps, data.get("end_load")),
         targets=TARGETS,
+        floor_fails=data.get("query_floor_fails"),
     )
     write_benchmarks_md(output, {"throughput": section})
     print(f"wrote section 'throughput' of {output} from {raw}")

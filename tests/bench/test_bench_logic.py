@@ -433,3 +433,15 @@ def test_query_floor_section_takes_the_faster_form_and_gives_bounds_from_its_run
     assert "| 500,000 | two_action | 550 / 540 | 510 / 500 | 1.90 | 0.80 | yes |" in text
     assert "| 1,000,000 | wordcount |" in text and text.count("| no |") == 4
     assert "wordcount: Spark alone fits up to 500,000 lines per 1 s batch, not at 1,000,000" in text
+
+
+def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit():
+    from bench.query_floor import lowest_failing
+
+    rungs = [
+        _floor_rung(500_000, 450.0, 0.8),
+        _floor_rung(1_000_000, 1_050.0, 1.9),  # too slow
+        _floor_rung(2_000_000, 1_300.0, 2.6),
+    ]
+    assert lowest_failing(rungs) == {"wordcount": 1_000_000, "two_action": 1_000_000}
+    assert lowest_failing(rungs[:1]) == {}

@@ -241,6 +241,30 @@ def test_capacities_and_ratios_are_bounds_from_held_and_failed_rungs():
     assert "not measured" in lines[5]
 
 
+def test_a_target_whose_rung_spark_alone_cannot_fit_is_marked_out_of_reach():
+    caps = [
+        Capacity("ours", "wordcount", 540_000, 675_000),
+        Capacity("peer", "wordcount", 222_000, 277_000),
+        Capacity("ours", "two_action", 432_000, 540_000),
+        Capacity("peer", "two_action", 178_000, 222_000),
+    ]
+    targets = [
+        Target("wordcount", "ours", "peer", 5.0),  # needs 1,385,000 held
+        Target("two_action", "ours", "peer", 3.0),  # needs 666,000 held
+        Target("wordcount", "ours", "peer", 1.5),  # met: no remark whatever the floor
+    ]
+    floor = {"wordcount": 1_310_000, "two_action": 1_310_000}
+    rows = judge_targets(caps, targets, floor).splitlines()[2:]
+    assert (
+        "**not met**; out of reach on this machine: it needs a rung of at least 1,385,000"
+        in rows[0]
+    )
+    assert "does not fit a batch of 1,310,000 (query_floor)" in rows[0]
+    assert "out of reach" not in rows[1]  # 666,000 < 1,310,000: the floor does not settle it
+    assert rows[2].endswith("| met |")
+    assert "out of reach" not in judge_targets(caps, targets)  # no floor measured: no remark
+
+
 def test_a_noisy_rung_above_the_failure_is_flagged_not_counted():
     steps = [
         StepResult("s", "wordcount", 100, 10.0, 1, 1, sustained=True),
