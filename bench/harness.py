@@ -490,8 +490,8 @@ def render_steps_table(steps: Sequence[StepResult]) -> str:
     rows = [
         "| system | pipeline | phase | offered lines/s | sent lines/s | processed lines/s "
         "| batch p50 / p95 ms | sched delay p50 / max ms | delay growth ms/s "
-        "| latency p50 / p99 / max ms | load 1m | sustained |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| latency p50 / p99 / max ms | load 1m | busy cores | sustained |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in steps:
         verdict = "yes" if s.sustained else f"no: {s.reason}"
@@ -503,9 +503,15 @@ def render_steps_table(steps: Sequence[StepResult]) -> str:
             f"| {_num(s.sched_delay_p50_ms)} / {_num(s.sched_delay_max_ms)} "
             f"| {_num(growth if isinstance(growth, int | float) else None)} "
             f"| {_num(s.latency_p50_ms)} / {_num(s.latency_p99_ms)} / {_num(s.latency_max_ms)} "
-            f"| {_load(s)} | {verdict} |"
+            f"| {_load(s)} | {_busy(s)} | {verdict} |"
         )
     return "\n".join(rows)
+
+
+def _busy(step: StepResult) -> str:
+    """The machine's mean busy cores over the step (all processes, /proc/stat), if recorded."""
+    busy = step.extra.get("busy_cores")
+    return f"{busy:.2f}" if isinstance(busy, int | float) else "-"
 
 
 def _load(step: StepResult) -> str:

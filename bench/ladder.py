@@ -254,13 +254,15 @@ def judge_targets(
     caps: Sequence[Capacity],
     targets: Sequence[Target],
     floor_fails: Mapping[str, int] | None = None,
+    grid: Sequence[int] = (),
 ) -> str:
     """A Markdown table: each target met only when the lower bound clears it.
 
     ``floor_fails``: per pipeline, the smallest batch (lines) whose query Spark alone could
     not fit in a batch interval with the rows already in memory (``bench/query_floor.py``,
-    same run). A target not met whose lower bound would need a rung at or above it held is
-    marked out of reach on this machine.
+    same run, on the ladder's rungs). A target not met is marked out of reach on this
+    machine when the lowest rung of ``grid`` that would meet it (the ladder's lower bound
+    is a held rung) is at or above that batch.
     """
     by = {(c.system, c.pipeline): c for c in caps}
     rows = ["| target | measured bound | verdict |", "|---|---:|---|"]
@@ -280,11 +282,13 @@ def judge_targets(
         floor = (floor_fails or {}).get(t.pipeline)
         if lo < t.at_least and floor is not None and b.hi is not None:
             needed = t.at_least * b.hi
-            if needed >= floor:
+            rung = min((r for r in grid if r >= needed), default=needed)
+            if rung >= floor:
+                on = f" (on this ladder {rung:,})" if rung != needed else ""
                 verdict += (
                     f"; out of reach on this machine: it needs a rung of at least "
-                    f"{needed:,.0f} lines/s held, and Spark alone, with the rows already in "
-                    f"memory, does not fit a batch of {floor:,} (query_floor)"
+                    f"{needed:,.0f} lines/s held{on}, and Spark alone, with the rows already "
+                    f"in memory, does not fit a batch of {floor:,} (query_floor)"
                 )
         rows.append(f"| {name} | [{_x(lo)}, {_x(hi)}] | {verdict} |")
     return "\n".join(rows)
@@ -328,7 +332,7 @@ def render_throughput_section(
             "",
             "### Targets",
             "",
-            judge_targets(caps, targets, floor_fails) if targets else "(none)",
+            judge_targets(caps, targets, floor_fails, result.rates) if targets else "(none)",
             "",
             "### Ratios, as bounds",
             "",
@@ -349,6 +353,7 @@ def render_readme_paragraph(
     machine: Machine,
     when: dt.datetime,
     floor_fails: Mapping[str, int] | None = None,
+    grid: Sequence[int] = (),
 ) -> str:
     """The README's performance paragraph, derived from one ladder run's capacities only."""
     by = {(c.system, c.pipeline): c for c in caps}
@@ -371,7 +376,7 @@ def render_readme_paragraph(
             lo, hi = ratio_bounds(ours, peer)
             text += f", DStream {peer.label()}: [{_x(lo)}, {_x(hi)}] DStream's capacity"
         sentences.append(text + ".")
-    verdicts = judge_targets(caps, targets, floor_fails).splitlines()[2:]
+    verdicts = judge_targets(caps, targets, floor_fails, grid).splitlines()[2:]
     met = [row.split("|")[1].strip() + " — " + row.split("|")[3].strip() for row in verdicts]
     if met:
         sentences.append("Targets: " + "; ".join(met) + ".")

@@ -124,6 +124,13 @@ def test_throughput_notes_carry_load_and_wal_verdict():
     assert "| 9.2 |" in render_steps_table(steps) or "| 9.3 |" in render_steps_table(steps)
 
 
+def test_the_steps_table_shows_the_busy_cores_a_session_recorded():
+    table = render_steps_table([step("dstream", load_1m=1.0, busy_cores=1.874), step("dstream")])
+    rows = table.splitlines()
+    assert rows[0].endswith("| load 1m | busy cores | sustained |")
+    assert "| 1.0 | 1.87 |" in rows[2] and "| - | - |" in rows[3]
+
+
 # -- store bench ---------------------------------------------------------------------------------
 
 
@@ -432,7 +439,16 @@ def test_query_floor_section_takes_the_faster_form_and_gives_bounds_from_its_run
     assert "| 500,000 | wordcount | 450 / 440 | 500 / 490 | 1.90 | 0.80 | yes |" in text
     assert "| 500,000 | two_action | 550 / 540 | 510 / 500 | 1.90 | 0.80 | yes |" in text
     assert "| 1,000,000 | wordcount |" in text and text.count("| no |") == 4
-    assert "wordcount: Spark alone fits up to 500,000 lines per 1 s batch, not at 1,000,000" in text
+    assert "wordcount: Spark alone fits up to 500,000 lines per 1 s batch, not 1,000,000" in text
+
+
+def test_query_floor_counts_a_rung_that_either_form_fits():
+    from bench.query_floor import best, fits
+
+    rung = _floor_rung(1_000_000, 800.0, 2.1)  # the cache: faster, but over the CPU
+    rung["wordcount/checkpoint"]["core_s"] = 1.8  # Spark's own rows: slower, within it
+    assert best(rung, "wordcount")["p50_ms"] == 850.0 and fits(best(rung, "wordcount"))
+    assert not fits(best(rung, "two_action"))
 
 
 def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit():

@@ -263,6 +263,12 @@ def test_a_target_whose_rung_spark_alone_cannot_fit_is_marked_out_of_reach():
     assert "out of reach" not in rows[1]  # 666,000 < 1,310,000: the floor does not settle it
     assert rows[2].endswith("| met |")
     assert "out of reach" not in judge_targets(caps, targets)  # no floor measured: no remark
+    # 1,385,000 itself is no rung: the lowest rung that would meet the target is 1,630,000.
+    grid = rung_grid(10_000, 2_000_000)
+    floor = {"wordcount": 1_630_000}
+    assert "out of reach" not in judge_targets(caps, targets[:1], floor)  # 1,385,000 < floor
+    row = judge_targets(caps, targets[:1], floor, grid).splitlines()[2]
+    assert "at least 1,385,000 lines/s held (on this ladder 1,630,000)" in row
 
 
 def test_a_noisy_rung_above_the_failure_is_flagged_not_counted():
