@@ -191,7 +191,8 @@ class StreamingConfig(DeploymentKeys):
         "spark.receivers.batch.cache",
         "Keep each batch's rows on the executors that read them, from the first action to the "
         "end of the batch, so further actions read no block again (false: every action reads "
-        "the blocks again).",
+        "the blocks again; more throughput for one action per batch, or one and count()s, "
+        "since the first action builds the cache; decision 0008).",
     )
     warm_up_timeout_s: float = key(
         60.0,
