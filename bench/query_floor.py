@@ -8,12 +8,13 @@ pipelines, the word count (``explode(split)`` → ``groupBy`` → ``collect``) a
 then the word count, run by Spark on a batch of the ladder's 100-byte lines that is already
 in Spark's memory, in 4 partitions (``local[4]``, the ladder's settings), with no receiver,
 no load generator and no stream running. Batch sizes are the ladder's rungs (1 s batches,
-so a rung of R lines/s is a batch of R lines). Two forms of "in memory", each measured,
-the faster counting: the DataFrame cache (``cache()``, what a batch's rows become after its
-first action) and Spark's own rows (``localCheckpoint()``). The JVM is warmed up first
-(a word count repeated on a million lines), then per rung and form: two untimed runs, then
-``--runs`` timed runs of each pipeline. The machine's busy cores over the timed runs (all
-processes, ``/proc/stat``) times their wall time gives the CPU one batch's query takes.
+so a rung of R lines/s is a batch of R lines). Two forms of "in memory", each measured, a
+rung fitting when either form does: the DataFrame cache (``cache()``, what a batch's rows
+become after its first action) and Spark's own rows (``localCheckpoint()``). The JVM is
+warmed up first (a word count repeated on a million lines), then per rung and form: two
+untimed runs, then ``--runs`` timed runs of each pipeline. The machine's busy cores over
+the timed runs (all processes, ``/proc/stat``) times their wall time gives the CPU one
+batch's query takes.
 
 Reading: a rung whose query alone takes the whole interval (p50 ≥ 1 s) cannot be held by
 any system that must also receive the lines in that second on the same cores; nor can one
@@ -33,10 +34,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.child import WORD_MARK, ChildArgs, spark_conf
+from bench.child import ChildArgs, spark_conf
 from bench.harness import CpuSampler, Machine, section_head, write_benchmarks_md
 from bench.ladder import rung_grid
 from bench.loadgen import BLOCK_LINES, LinePool
+from bench.repeated_actions import word_count
 from bench.step import REPO_ROOT
 
 __all__ = ["LAST_RESULTS", "QUERIES", "fits", "lowest_failing", "main", "render_floor_section"]
@@ -47,15 +49,6 @@ FORMS = ("cache", "checkpoint")
 DEFAULT_RUNGS = [r for r in rung_grid(10_000, 2_000_000) if r >= 340_000]
 LAST_RESULTS: list[dict] = []
 """The rungs :func:`main` measured last (``bench.run`` judges the ladder's targets with them)."""
-
-
-def word_count(df: Any) -> int:
-    """The ladder's word count (``bench/receivers.py``); returns the batch's line count."""
-    from pyspark.sql import functions as F
-
-    words = F.concat(F.array(F.lit(WORD_MARK)), F.slice(F.split("value", " "), 2, 1000))
-    rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
-    return next((int(r["count"]) for r in rows if r["word"] == WORD_MARK), 0)
 
 
 def two_action(df: Any) -> int:
@@ -215,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="3 rungs, 3 runs each")
     p.add_argument("--rungs", help="lines per batch, comma-separated (the ladder's from 346,000)")
     p.add_argument("--runs", type=int, help="timed runs per query, form and rung (7; quick 3)")
-    p.add_argument("--warm-up", type=float, default=20.0, help="seconds of JIT warm-up")
+    p.add_argument("--warm-up", type=float, help="seconds of JIT warm-up (20; quick 5)")
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -243,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         with CpuSampler() as sampler:
-            _warm_up(spark, pool, 5.0 if args.quick else args.warm_up)
+            warm_up_s = args.warm_up if args.warm_up is not None else (5.0 if args.quick else 20.0)
+            _warm_up(spark, pool, warm_up_s)
             for n in rungs:
                 rung = measure_rung(spark, sampler, pool, n, runs)
                 print(json.dumps(rung), flush=True)
