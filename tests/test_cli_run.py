@@ -289,6 +289,21 @@ def test_a_receiver_that_never_started_fails_the_run_with_its_last_error():
     assert idle.code == 0
 
 
+def test_a_recovered_run_stopped_before_its_receiver_started_did_its_work():
+    # Ctrl-C right after recovery: the checkpoint's batches were redone, the receiver was
+    # still being scheduled (seen in tests/integration/test_ingest_crash.py).
+    recovered = status(
+        receivers=(receiver(None),), records_processed=100, recovered_batches_ms=(1000,)
+    )
+    out = judge(recovered, {"submitted": {1000: 100}}, None, wal=True)
+    assert out.code == 0
+    assert out.lines == (
+        "done: 0 batches, 100 records processed, 0 received (+100 redone from the checkpoint)",
+        "note: receiver SocketTextReceiver-0 never started in this run; no executor ran its "
+        "task (are the executors' task slots all taken?)",
+    )
+
+
 def test_a_recovered_run_counts_what_it_redid():
     counts = {"submitted": {1000: 5, 2000: 3, 3000: 4}}
     out = judge(
