@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         else {}
     )
     print("\nCapacity (offered lines/s):\n" + render_capacities(caps))
-    print("\n" + judge_targets(caps, TARGETS, floor_fails))
+    print("\n" + judge_targets(caps, TARGETS, floor_fails, grid))
     print("\n" + (render_ratios(caps) or "(one system only: no ratios)"), flush=True)
     if result.skipped:
         minutes = budget_s / 60
