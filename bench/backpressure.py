@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shlex
 import sys
@@ -34,7 +33,7 @@ import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, save_raw, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 PNG = REPO_ROOT / "docs" / "img" / "backpressure.png"
@@ -258,9 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     table = render_table(runs)
     print(table, flush=True)
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"backpressure-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(runs))
+    save_raw("backpressure", when, runs)
     if not args.no_write:
         plot(runs, PNG)
         body = "\n\n".join(

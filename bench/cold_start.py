@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Machine, section_head, write_benchmarks_md
+from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT, run_child_session
 
 __all__ = ["ColdRun", "render_cold_start_section", "steady_from"]
@@ -214,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.lines_processed:,}/{r.lines_sent:,}" + (f", error: {r.error}" if r.error else ""),
             flush=True,
         )
-    out = REPO_ROOT / "bench" / "out" / f"cold-start-{when:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": command, "runs": [r.__dict__ for r in runs]}, indent=1))
+    out = save_raw("cold-start", when, {"command": command, "runs": [r.__dict__ for r in runs]})
     png = PNG if not args.no_write else out.with_suffix(".png")
     plot(runs, png)
     print(f"plot: {png}; raw: {out}")

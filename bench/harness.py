@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import os
 import platform
 import re
@@ -39,6 +40,7 @@ __all__ = [
     "SessionResult",
     "StepResult",
     "render_steps_table",
+    "save_raw",
     "section_head",
     "stat_cpu_seconds",
     "summarize_step",
@@ -548,6 +550,18 @@ def section_head(
             what,
         ]
     )
+
+
+RAW_DIR = Path(__file__).resolve().parent / "out"
+"""Where every benchmark keeps the raw results of its runs (``bench/out``, not committed)."""
+
+
+def save_raw(name: str, when: dt.datetime, data: object, raw_dir: Path = RAW_DIR) -> Path:
+    """Write one run's raw results as ``<raw_dir>/<name>-<when, UTC stamp>.json``; its path."""
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    path = raw_dir / f"{name}-{when:%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(data, indent=1))
+    return path
 
 
 def write_benchmarks_md(path: Path | str, sections: Mapping[str, str]) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shlex
 import statistics
@@ -26,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, save_raw, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 SLACK_MS = 300
@@ -174,10 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     table = render(empty, cases)
     print(table, flush=True)
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    raw = {"empty": empty, "cases": cases}
-    (out / f"latency-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(raw, indent=1))
+    save_raw("latency", when, {"empty": empty, "cases": cases})
     if not args.no_write:
         body = "\n\n".join(
             [

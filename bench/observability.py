@@ -50,7 +50,7 @@ from functools import partial
 from typing import Any
 
 from bench.child import BatchRecorder, ChildArgs, Stop, child_main
-from bench.harness import Machine, StepResult, stat_cpu_seconds, write_benchmarks_md
+from bench.harness import Machine, StepResult, save_raw, stat_cpu_seconds, write_benchmarks_md
 from bench.step import REPO_ROOT, run_child_session
 
 MODES = ("off", "on")
@@ -351,10 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     v = verdict(sessions)
     table = render(sessions, v)
     print("\n" + table, flush=True)
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    raw = out / f"observability-{when:%Y%m%dT%H%M%SZ}.json"
-    raw.write_text(json.dumps({"command": command, "sessions": sessions, "verdict": v}, indent=1))
+    raw = save_raw("observability", when, {"command": command, "sessions": sessions, "verdict": v})
     if not args.no_write:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         ran = f"`{command}` — {when:%Y-%m-%d %H:%M} UTC, load at the end {load}"

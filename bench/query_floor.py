@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.child import ChildArgs, spark_conf
-from bench.harness import CpuSampler, Machine, section_head, write_benchmarks_md
+from bench.harness import CpuSampler, Machine, save_raw, section_head, write_benchmarks_md
 from bench.ladder import rung_grid
 from bench.loadgen import BLOCK_LINES, LinePool
 from bench.repeated_actions import word_count
@@ -247,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     LAST_RESULTS[:] = results
     section = render_floor_section(results, machine=machine, command=command, when=when)
     print(section, flush=True)
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"query-floor-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(results, indent=1))
+    save_raw("query-floor", when, results)
     if not args.no_write:
         write_benchmarks_md(args.output, {"query_floor": section})
         print(f"wrote section 'query_floor' of {args.output}")

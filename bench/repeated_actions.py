@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 from bench.child import WORD_MARK, ChildArgs, spark_conf, warmup_lines
-from bench.harness import Machine, section_head, write_benchmarks_md
+from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = ["main", "render_repeated_section"]
@@ -229,9 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     section = render_repeated_section(cases, machine=machine, command=command, when=when)
     print(section, flush=True)
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"repeated-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(cases, indent=1))
+    save_raw("repeated", when, cases)
     if not args.no_write:
         write_benchmarks_md(args.output, {"repeated_actions": section})
         print(f"wrote section 'repeated_actions' of {args.output}")

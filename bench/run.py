@@ -79,6 +79,7 @@ from bench.harness import (
     Runner,
     StepResult,
     render_steps_table,
+    save_raw,
     write_benchmarks_md,
 )
 from bench.ladder import (
@@ -375,15 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     if wal:
         print("\n" + wal)
 
-    out_dir = REPO_ROOT / "bench" / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    raw = out_dir / f"throughput-{when:%Y%m%dT%H%M%SZ}.json"
     steps = [s.to_dict() for s in result.steps]
     report = {"command": command, "machine": asdict(machine), "steps": steps}
     end_load = os.getloadavg()
     report |= {"when": when.isoformat(), "rates": grid, "elapsed_s": result.elapsed_s}
     report |= {"end_load": end_load, "query_floor_fails": floor_fails}
-    raw.write_text(json.dumps({**report, "skipped": result.skipped}, indent=1))
+    raw = save_raw("throughput", when, {**report, "skipped": result.skipped})
     if not args.no_write:
         section = render_throughput_section(
             result,

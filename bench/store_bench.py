@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.harness import Machine, section_head, write_benchmarks_md
+from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = ["FormResult", "StoreDriver", "floor_rate", "render_store_section", "run_form"]
@@ -422,20 +422,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.pipeline_seconds > 0:
         pipeline = run_pipeline(forms, args.pipeline_seconds)
         print("\nthrough the whole pipeline on local Spark:\n" + render_pipeline_table(pipeline))
-    out = REPO_ROOT / "bench" / "out" / f"store-{when:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": asdict(machine),
-                "results": [
-                    {**asdict(r), "rate": r.rate, "floor_ratio": r.floor_ratio} for r in results
-                ],
-                "pipeline": pipeline,
-            },
-            indent=1,
-        )
+    out = save_raw(
+        "store",
+        when,
+        {
+            "command": command,
+            "machine": asdict(machine),
+            "results": [
+                {**asdict(r), "rate": r.rate, "floor_ratio": r.floor_ratio} for r in results
+            ],
+            "pipeline": pipeline,
+        },
     )
     if not args.no_write:
         section = render_store_section(

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import multiprocessing as mp
 import os
 import random
@@ -48,7 +47,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.harness import Machine, section_head, stat_cpu_seconds, write_benchmarks_md
+from bench.harness import Machine, save_raw, section_head, stat_cpu_seconds, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 __all__ = [
@@ -520,17 +519,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         if r.first_error:
             print(f"  first error: {r.first_error}", flush=True)
-    out = REPO_ROOT / "bench" / "out" / f"tracker-{when:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": asdict(machine),
-                "results": [{**asdict(r), "completed_rate": r.completed_rate} for r in results],
-            },
-            indent=1,
-        )
+    out = save_raw(
+        "tracker",
+        when,
+        {
+            "command": command,
+            "machine": asdict(machine),
+            "results": [{**asdict(r), "completed_rate": r.completed_rate} for r in results],
+        },
     )
     if not args.no_write:
         section = render_tracker_section(results, machine=machine, command=command, when=when)

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.harness import Machine, save_raw, write_benchmarks_md
 from bench.step import REPO_ROOT
 
 TARGETS = {
@@ -293,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args.quick, seconds)
     table = render_table(verdicts(results))
     print(table, flush=True)
-    out = REPO_ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"wal-{when:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(results, indent=1))
+    save_raw("wal", when, results)
     if not args.no_write:
         body = "\n\n".join(
             [

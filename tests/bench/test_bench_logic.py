@@ -461,3 +461,15 @@ def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit
     ]
     assert lowest_failing(rungs) == {"wordcount": 1_000_000, "two_action": 1_000_000}
     assert lowest_failing(rungs[:1]) == {}
+
+
+def test_save_raw_names_the_file_by_benchmark_and_time_and_keeps_the_data(tmp_path):
+    import json
+
+    from bench.harness import RAW_DIR, save_raw
+    from bench.step import REPO_ROOT
+
+    path = save_raw("floor", WHEN, {"rungs": [1, 2]}, raw_dir=tmp_path / "out")
+    assert path == tmp_path / "out" / "floor-20260101T000000Z.json"
+    assert json.loads(path.read_text()) == {"rungs": [1, 2]}
+    assert RAW_DIR == REPO_ROOT / "bench" / "out"  # where bench/out/logs lives too
