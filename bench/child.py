@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ __all__ = [
     "Pipeline",
     "child_main",
     "epoch_ms_to_monotonic",
+    "local_session",
     "spark_conf",
     "warmup_lines",
 ]
@@ -120,6 +122,22 @@ def spark_conf(args: ChildArgs) -> dict[str, str]:
         "spark.default.parallelism": partitions,
         "spark.sql.streaming.numRecentProgressUpdates": "10000",
     }
+
+
+def local_session(app_name: str, master: str = "local[4]") -> Any:
+    """A Spark session in this process with the ladder's settings (:func:`spark_conf`), bound
+    to loopback, its Python workers on this interpreter, logging errors only."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = spark_conf(ChildArgs(app_name, 0, 0.0, 1.0, master, "wordcount", 0.0))
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def warmup_lines(n: int = 20_000) -> list[str]:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.child import ChildArgs, spark_conf
+from bench.child import local_session
 from bench.harness import CpuSampler, Machine, save_raw, section_head, write_benchmarks_md
 from bench.ladder import rung_grid
 from bench.loadgen import BLOCK_LINES, LinePool
@@ -218,20 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         else (DEFAULT_RUNGS[::3] if args.quick else DEFAULT_RUNGS)
     )
     runs = args.runs or (3 if args.quick else 7)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     machine = Machine.detect()
     when = dt.datetime.now(dt.UTC)
     command = "python -m bench.query_floor " + shlex.join(
         argv if argv is not None else sys.argv[1:]
     )
-    builder = SparkSession.builder.master("local[4]").appName("query-floor")
-    for k, v in spark_conf(ChildArgs("spark", 0, 0.0, 1.0, "local[4]", "wordcount", 0.0)).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("query-floor")
     pool = LinePool()
     results = []
     try:

@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any
 
-from bench.child import WORD_MARK, ChildArgs, spark_conf, warmup_lines
+from bench.child import WORD_MARK, local_session, warmup_lines
 from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
 from bench.step import REPO_ROOT
 
@@ -200,24 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     seconds = args.seconds or (10.0 if args.quick else 25.0)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         x for x in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if x
     )  # the Python workers import bench.* (the receiver class lives here)
-    from pyspark.sql import SparkSession
 
     machine = Machine.detect()
     when = dt.datetime.now(dt.UTC)
     command = "python -m bench.repeated_actions " + shlex.join(
         argv if argv is not None else sys.argv[1:]
     )
-    builder = SparkSession.builder.master("local[4]").appName("repeated-actions")
-    child = ChildArgs("spark_receivers", 0, seconds, 1.0, "local[4]", "two_action", 0.0)
-    for k, v in spark_conf(child).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("repeated-actions")
     cases = []
     try:
         for rate in (args.rate, 0):
