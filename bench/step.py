@@ -28,13 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from bench.child import BATCH_PREFIX, RESULT_PREFIX
-from bench.harness import BatchSample, CpuSampler, SessionResult, StepResult, summarize_step
+from bench.harness import (
+    RAW_DIR,
+    BatchSample,
+    CpuSampler,
+    SessionResult,
+    StepResult,
+    summarize_step,
+)
 from bench.loadgen import LineServer
 
 __all__ = ["LOG_DIR", "REPO_ROOT", "run_child_session"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LOG_DIR = REPO_ROOT / "bench" / "out" / "logs"
+LOG_DIR = RAW_DIR / "logs"
 
 
 def _child_env() -> dict[str, str]:
