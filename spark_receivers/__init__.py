@@ -15,6 +15,8 @@ from spark_receivers.driver.listener import (
     StreamingListener,
     StreamInputInfo,
 )
+from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.streaming_progress import (
     OutputOperationProgress,
     SourceProgress,
@@ -82,6 +84,8 @@ __all__ = [
     "ReceiverError",
     "ReceiverInfo",
     "ReceiverInputStream",
+    "ReceiverMetricsInfo",
+    "ReceiverStatus",
     "RedisStreamReceiver",
     "ReplicationInfo",
     "RpcError",
@@ -97,6 +101,7 @@ __all__ = [
     "StreamingError",
     "StreamingListener",
     "StreamingProgress",
+    "StreamingStatus",
     "StructuredReceiverStream",
     "ThreadedReceiver",
     "UnionStream",

@@ -1,4 +1,5 @@
-"""Typing checks of the schema and union API, run by ``make lint`` (mypy --warn-unused-ignores).
+"""Typing checks of the schema, union and status API, run by ``make lint`` (mypy
+--warn-unused-ignores).
 
 Each ``# type: ignore[...]`` marks a line mypy must refuse (see config_fields.py).
 """
@@ -11,7 +12,10 @@ from pyspark.sql.types import LongType, StructField, StructType
 from spark_receivers import (
     DataFrameStream,
     Receiver,
+    ReceiverMetricsInfo,
+    ReceiverStatus,
     StreamingContext,
+    StreamingStatus,
     UnionStream,
     as_arrow_schema,
 )
@@ -28,3 +32,10 @@ def union_of(ssc: StreamingContext, a: DataFrameStream, b: DataFrameStream) -> N
     assert_type(ssc.union(a, b), UnionStream)
     assert_type(a.union(b), UnionStream)
     ssc.union([a, b])  # type: ignore[arg-type]
+
+
+def status_of(ssc: StreamingContext) -> None:
+    status = ssc.status()  # what it returns is public: importable from spark_receivers
+    assert_type(status, StreamingStatus)
+    assert_type(status.receivers[0], ReceiverStatus)
+    assert_type(status.receivers[0].metrics, ReceiverMetricsInfo | None)
