@@ -280,3 +280,27 @@ def test_every_section_of_make_bench_and_the_reliability_runs_can_render_from_ra
                          ("chaos", "reliability.chaos")]:  # fmt: skip
         section = section_of(module, name)
         assert section.module == module and importlib.import_module(module).main
+
+
+@pytest.mark.parametrize(
+    ("file", "names"),
+    [
+        ("BENCHMARKS.md", None),  # every section of make bench
+        ("RELIABILITY.md", ["chaos", "soak"]),
+    ],
+)
+def test_the_records_hold_hand_written_text_at_the_top_only_and_each_section_once(file, names):
+    import re
+
+    from bench.record import generated_names
+    from bench.run import SECTIONS
+
+    text = (REPO_ROOT / file).read_text()
+    found = generated_names(text)
+    assert sorted(found) == sorted(names or SECTIONS) and len(set(found)) == len(found)
+    first = re.search(r"^<!-- generated: ", text, re.M).start()  # type: ignore[union-attr]
+    assert text[:first].startswith("# ") and not re.search(r"^<!-- end:", text[:first], re.M)
+    # After the top, nothing but generated sections: no hand-written heading or paragraph
+    # between, under or after them.
+    rest = re.sub(r"<!-- generated: ([\w.-]+) .*?<!-- end: \1 -->\n", "", text[first:], flags=re.S)
+    assert rest.strip() == ""
