@@ -41,11 +41,16 @@ screenshots: $(STAMP)
 	scripts/services.sh install chromium
 	$(PY) scripts/screenshots.py
 
+# Every benchmark (bench/run.py says what and how long: ~2.1-3.1 h on a quiet machine), the
+# tracker and the capacity ladders three times each. Writes BENCHMARKS.md's sections, their
+# raw results in bench/results/ (commit both) and the README's performance paragraph.
+# BENCH_ARGS="--sections tracker --repeats 5" for part of it.
 bench: $(STAMP)
-	$(PY) -m bench.run
+	$(PY) -m bench.run $(BENCH_ARGS)
 
+# A smoke run of every section (~25 min), written under bench/out: never into the records.
 bench-quick: $(STAMP)
-	$(PY) -m bench.run --quick
+	$(PY) -m bench.run --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
@@ -54,14 +59,17 @@ clean:
 # records/s for 10 min of faults (~15 min in all) — kill -9 of the receiver's worker (20), of an
 # executor JVM (5) and of the driver (5, restarted from its checkpoint), the receiver cut off from
 # the driver (30 s), ENOSPC and EIO on its WAL (20 s each); the sink checked against the stream.
-# Writes its summary into RELIABILITY.md. CHAOS_ARGS="--duration 120 --workers 4 ..." for less.
+# Writes its section of RELIABILITY.md and its raw file in bench/results/ (commit both).
+# CHAOS_ARGS="--quick" for a smoke run (~3 min, written under bench/out).
 chaos: $(STAMP)
 	scripts/services.sh install redis
 	$(PY) scripts/chaos.py --record $(CHAOS_ARGS)
 
-# The word count at 50 % of its measured capacity for 30 min (~35 min in all), both WALs on: RSS,
-# WAL disk use and open fds sampled each minute must stay flat. Writes RELIABILITY.md, its section
-# of BENCHMARKS.md and docs/img/soak.png. SOAK_ARGS="--minutes 5 --sample-s 10" for less.
+# The word count at 50 % of its measured capacity for 2 h (~2 h 10 min in all), both WALs on:
+# RSS of driver and executors, WAL disk use and open fds sampled every 15 s; the first hour is
+# warm-up, and over the second each fitted slope must be at most 10 MiB (or 10 fds) an hour.
+# Writes its section of RELIABILITY.md, its raw file in bench/results/ and docs/img/soak.png.
+# SOAK_ARGS="--quick" for a smoke run (3 min of soak, written under bench/out).
 soak: $(STAMP)
 	scripts/services.sh install redis
 	$(PY) scripts/soak.py --record $(SOAK_ARGS)

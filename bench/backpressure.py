@@ -1,7 +1,8 @@
 """Issue 7's acceptance run: a socket source offering 3x what a slow pipeline processes.
 
     python -m bench.backpressure                 # 2 x 2 minutes, writes the section and PNG
-    python -m bench.backpressure --quick --no-write
+    python -m bench.backpressure --quick         # smoke: 2 x 30 s
+    python -m bench.backpressure --seconds 10 --no-write
 
 A :class:`bench.loadgen.LineServer` offers ``--offered`` lines/s (30,000) to a
 ``SocketTextReceiver``; the output operation counts each batch and then sleeps one
@@ -25,16 +26,13 @@ batches exceeds 5 batch intervals and every delay of the first quarter (it grows
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import shlex
 import sys
 import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, save_raw, write_benchmarks_md
-from bench.step import REPO_ROOT
+from bench.record import REPO_ROOT, Recording, RunInfo, Section, add_record_arguments
 
 PNG = REPO_ROOT / "docs" / "img" / "backpressure.png"
 BATCH_MS = 1000
@@ -221,61 +219,70 @@ def plot(runs: list[dict[str, Any]], path: Any) -> None:
     plt.close(fig)
 
 
+def render(runs: list[dict[str, Any]]) -> str:
+    """The ``backpressure`` section's body from a run's raw data (its two runs)."""
+    first = runs[0]
+    return "\n\n".join(
+        [
+            f"A socket source offers {first['offered']:,} lines/s for {first['seconds']:.0f} s "
+            f"to a pipeline that processes {first['capacity']:,} rows/s (the output operation "
+            "sleeps one second per that many rows); 1 s batches. Checks are described in "
+            '`bench/backpressure.py`; "held" is records received but not yet processed (in the '
+            "receivers' block stores).",
+            render_table(runs),
+            f"![offered, sent, rate limit, processed and delay over time]"
+            f"({PNG.relative_to(REPO_ROOT)})",
+        ]
+    )
+
+
+def _plot(runs: list[dict[str, Any]], info: RunInfo) -> None:
+    plot(runs, PNG)
+    print(f"wrote {PNG.relative_to(REPO_ROOT)}")
+
+
+SECTION = Section(
+    name="backpressure",
+    module="bench.backpressure",
+    title="Backpressure (issue 7)",
+    render=render,
+    also_write=_plot,
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.backpressure", description=__doc__.split("\n")[0]
+        prog="python -m bench.backpressure", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--quick", action="store_true", help="30 s runs")
     p.add_argument("--seconds", type=float, help="per run (120; quick 30)")
     p.add_argument("--offered", type=int, default=30_000)
     p.add_argument("--capacity", type=int, default=10_000)
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     args = p.parse_args(argv)
     seconds = args.seconds or (30.0 if args.quick else 120.0)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.backpressure " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    spark = (
-        SparkSession.builder.master("local[4]")
-        .appName("backpressure-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        runs = [run_once(spark, bp, args.offered, args.capacity, seconds) for bp in (True, False)]
-    finally:
-        spark.stop()
-    table = render_table(runs)
-    print(table, flush=True)
-    save_raw("backpressure", when, runs)
-    if not args.no_write:
-        plot(runs, PNG)
-        body = "\n\n".join(
-            [
-                "## Backpressure (issue 7)",
-                f"`{command}` — {when:%Y-%m-%d %H:%M} UTC\n\n{machine.to_markdown()}",
-                f"A socket source offers {args.offered:,} lines/s for {seconds:.0f} s to a "
-                f"pipeline that processes {args.capacity:,} rows/s (the output operation "
-                "sleeps one second per that many rows); 1 s batches. Checks are described "
-                'in `bench/backpressure.py`; "held" is records received but not yet '
-                "processed (in the receivers' block stores).",
-                table,
-                f"![offered, sent, rate limit, processed and delay over time]"
-                f"({PNG.relative_to(REPO_ROOT)})",
-            ]
+    with Recording(SECTION, "python -m bench.backpressure", argv, args) as rec:
+        spark = (
+            SparkSession.builder.master("local[4]")
+            .appName("backpressure-bench")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.memory", "2g")
+            .getOrCreate()
         )
-        write_benchmarks_md(args.output, {"backpressure": body})
-        print(f"wrote section 'backpressure' of {args.output} and {PNG}")
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            runs = [
+                run_once(spark, bp, args.offered, args.capacity, seconds) for bp in (True, False)
+            ]
+        finally:
+            spark.stop()
+    print(render_table(runs), flush=True)
+    rec.finish(runs)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Cold start: the scheduling delay of the first batches, as users start a stream (issue 20).
 
     python -m bench.cold_start                 # DStream and spark-receivers, 200k lines/s, 40 s
-    python -m bench.cold_start --quick --no-write
+    python -m bench.cold_start --quick         # smoke: 50k lines/s for 15 s
+    python -m bench.cold_start --systems spark_receivers --seconds 10 --no-write
 
 Each system runs the two-action word count (``count()`` then the word count, on each 1 s
 batch; DStream: two output operations) in a fresh subprocess and JVM (``local[4]``), started
@@ -20,19 +21,17 @@ batch's scheduling delay against its batch time, from the first record.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
-from bench.step import REPO_ROOT, run_child_session
+from bench.record import REPO_ROOT, Recording, RunInfo, Section, add_record_arguments, doc_tail
+from bench.step import run_child_session
 
-__all__ = ["ColdRun", "render_cold_start_section", "steady_from"]
+__all__ = ["SECTION", "ColdRun", "render", "steady_from"]
 
 SYSTEMS = {"dstream": "bench.peers", "spark_receivers": "bench.receivers"}
 TARGET_STEADY_S = 15.0
@@ -144,10 +143,13 @@ def _s(x: float) -> str:
     return "never" if x == float("inf") else f"{x:.1f} s"
 
 
-def render_cold_start_section(
-    runs: Sequence[ColdRun], *, machine: Machine, command: str, when: dt.datetime, png: str
-) -> str:
-    """The ``cold_start`` section of BENCHMARKS.md (without its markers): this run only."""
+def _runs(data: dict[str, Any]) -> list[ColdRun]:
+    return [ColdRun(**{**r, "batches": [tuple(b) for b in r["batches"]]}) for r in data["runs"]]
+
+
+def render(data: dict[str, Any]) -> str:
+    """The ``cold_start`` section's body from a run's raw data."""
+    runs = _runs(data)
     rows = [
         "| system | start() took | first batch processing | max scheduling delay "
         f"| steady from (delay < 1 interval for good) | within {TARGET_STEADY_S:g} s "
@@ -173,57 +175,55 @@ def render_cold_start_section(
             f"({_s(steady['spark_receivers'])} vs {_s(steady['dstream'])})."
         )
     errors = [f"- {r.system}: {r.error}" for r in runs if r.error]
-    return "\n".join(
-        [
-            section_head("Cold start (issue 20)", command, when, machine, __doc__),
-            "",
-            "\n".join(rows),
-            "",
-            verdict,
-            "",
-            ("Errors:\n" + "\n".join(errors)) if errors else "",
-            "",
-            f"![scheduling delay over time, from the first record]({png})",
-        ]
-    )
+    parts = [
+        "\n".join(rows),
+        verdict,
+        ("Errors:\n" + "\n".join(errors)) if errors else "",
+        f"![scheduling delay over time, from the first record]({PNG.relative_to(REPO_ROOT)})",
+    ]
+    return "\n\n".join(p for p in parts if p)
+
+
+def _plot(data: dict[str, Any], info: RunInfo) -> None:
+    plot(_runs(data), PNG)
+    print(f"wrote {PNG.relative_to(REPO_ROOT)}")
+
+
+SECTION = Section(
+    name="cold_start",
+    module="bench.cold_start",
+    title="Cold start (issue 20)",
+    render=render,
+    about=doc_tail(__doc__),
+    also_write=_plot,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.cold_start", description=__doc__.split("\n")[0]
+        prog="python -m bench.cold_start", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--quick", action="store_true", help="50k lines/s for 15 s")
     p.add_argument("--rate", type=int)
     p.add_argument("--seconds", type=float)
     p.add_argument("--systems", default=",".join(SYSTEMS))
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     args = p.parse_args(argv)
     rate = args.rate or (50_000 if args.quick else 200_000)
     seconds = args.seconds or (15.0 if args.quick else 40.0)
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.cold_start " + shlex.join(argv if argv is not None else sys.argv[1:])
     runs = []
-    for system in [s for s in args.systems.split(",") if s]:
-        r = run_cold(system, rate, seconds)
-        runs.append(r)
-        print(
-            f"{system}: steady from {_s(steady_from(r.batches, r.interval_ms))}, max delay "
-            f"{max((b[1] for b in r.batches), default=0):,.0f} ms, processed "
-            f"{r.lines_processed:,}/{r.lines_sent:,}" + (f", error: {r.error}" if r.error else ""),
-            flush=True,
-        )
-    out = save_raw("cold-start", when, {"command": command, "runs": [r.__dict__ for r in runs]})
-    png = PNG if not args.no_write else out.with_suffix(".png")
-    plot(runs, png)
-    print(f"plot: {png}; raw: {out}")
-    if not args.no_write:
-        section = render_cold_start_section(
-            runs, machine=machine, command=command, when=when, png="docs/img/cold_start.png"
-        )
-        write_benchmarks_md(args.output, {"cold_start": section})
-        print(f"wrote section 'cold_start' of {args.output}")
+    with Recording(SECTION, "python -m bench.cold_start", argv, args) as rec:
+        for system in [s for s in args.systems.split(",") if s]:
+            r = run_cold(system, rate, seconds)
+            runs.append(r)
+            print(
+                f"{system}: steady from {_s(steady_from(r.batches, r.interval_ms))}, max delay "
+                f"{max((b[1] for b in r.batches), default=0):,.0f} ms, processed "
+                f"{r.lines_processed:,}/{r.lines_sent:,}"
+                + (f", error: {r.error}" if r.error else ""),
+                flush=True,
+            )
+    rec.finish({"rate": rate, "seconds": seconds, "runs": [asdict(r) for r in runs]})
     return 0
 
 

@@ -1,13 +1,13 @@
 """The throughput benchmark's data model, rate ladder and report writer.
 
-- :class:`Machine`: what the numbers were measured on.
+- :class:`CpuSampler`: the machine's busy cores over a step (``bench/record.py`` says
+  where a whole run comes from: commit, machine, load).
 - :class:`BatchSample` / :class:`StepResult`: one batch as a system reported it, and one
   (system, pipeline, offered rate) step reduced to the numbers we compare.
 - :func:`summarize_step`: the one place that decides "sustained", shared by every system.
 - :class:`Runner` / :class:`SessionResult`: one session of one system (one JVM) over rising
   rates; the ladder that calls them is ``bench/ladder.py``.
-- :func:`write_benchmarks_md`: replace or append one named section of ``BENCHMARKS.md``,
-  leaving the other benchmarks' sections as they are.
+- :func:`render_steps_table`: every step as a Markdown table.
 
 Every time is ``time.monotonic()`` seconds (one system-wide clock on Linux), every duration in
 a name ending ``_ms`` or ``_s``.
@@ -15,19 +15,15 @@ a name ending ``_ms`` or ``_s``.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
-import json
 import os
-import platform
-import re
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Protocol
+
+from bench.machine import busy_cpu_seconds
 
 __all__ = [
     "OFFERED_FRACTION",
@@ -35,16 +31,12 @@ __all__ = [
     "BatchSample",
     "CpuSampler",
     "LadderResult",
-    "Machine",
     "Runner",
     "SessionResult",
     "StepResult",
     "render_steps_table",
-    "save_raw",
-    "section_head",
     "stat_cpu_seconds",
     "summarize_step",
-    "write_benchmarks_md",
 ]
 
 PROCESSED_FRACTION = 0.95  # processed / sent, at the end of the drain
@@ -81,7 +73,6 @@ class CpuSampler:
         self._samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
-        self._ticks = os.sysconf("SC_CLK_TCK")
 
     def __enter__(self) -> CpuSampler:
         self._thread.start()
@@ -91,22 +82,12 @@ class CpuSampler:
         self._stop.set()
         self._thread.join(5)
 
-    @staticmethod
-    def _busy_jiffies() -> float | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = f.readline().split()[1:]
-        except OSError:
-            return None
-        values = [float(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
-        return sum(values) - values[3] - values[4]
-
     def _run(self) -> None:
         while True:
-            busy = self._busy_jiffies()
+            busy = busy_cpu_seconds()
             if busy is None:
                 return
-            self._samples.append((time.monotonic(), busy / self._ticks))
+            self._samples.append((time.monotonic(), busy))
             if self._stop.wait(self._period_s):
                 return
 
@@ -123,94 +104,6 @@ class CpuSampler:
         if a is None or b is None or end_s <= start_s:
             return None
         return (b - a) / (end_s - start_s)
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What a benchmark ran on; :meth:`detect` reads it from this host."""
-
-    cores: int
-    cpu_model: str
-    memory_gb: float
-    java_version: str
-    pyspark_version: str
-    python_version: str
-    os: str
-    load_average: tuple[float, float, float]
-
-    @classmethod
-    def detect(cls) -> Machine:
-        return cls(
-            cores=os.cpu_count() or 0,
-            cpu_model=_cpu_model(),
-            memory_gb=_memory_gb(),
-            java_version=_java_version(),
-            pyspark_version=_pyspark_version(),
-            python_version=platform.python_version(),
-            os=_os_name(),
-            load_average=tuple(round(x, 2) for x in os.getloadavg()),  # type: ignore[arg-type]
-        )
-
-    def to_markdown(self) -> str:
-        load = ", ".join(f"{x:.2f}" for x in self.load_average)
-        return "\n".join(
-            [
-                f"- CPU: {self.cpu_model}, {self.cores} cores",
-                f"- Memory: {self.memory_gb:.1f} GB",
-                f"- OS: {self.os}",
-                f"- Java: {self.java_version}",
-                f"- Python {self.python_version}, PySpark {self.pyspark_version}",
-                f"- Load average (1/5/15 min) at start: {load}",
-            ]
-        )
-
-
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown"
-    m = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    return m.group(1).strip() if m else (platform.processor() or "unknown")
-
-
-def _memory_gb() -> float:
-    try:
-        m = re.search(r"^MemTotal:\s*(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
-    except OSError:
-        return 0.0
-    return int(m.group(1)) / 1024**2 if m else 0.0
-
-
-def _java_version() -> str:
-    try:
-        out = subprocess.run(
-            ["java", "-version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"unknown ({e})"
-    lines = (out.stderr or out.stdout).strip().splitlines()
-    return " / ".join(line.strip() for line in lines[:2]) if lines else "unknown"
-
-
-def _pyspark_version() -> str:
-    try:
-        import pyspark
-    except ImportError:
-        return "not installed"
-    return str(pyspark.__version__)
-
-
-def _os_name() -> str:
-    name = platform.system()
-    try:
-        text = Path("/etc/os-release").read_text()
-        m = re.search(r'^PRETTY_NAME="?([^"\n]+)"?$', text, re.MULTILINE)
-        if m:
-            name = m.group(1)
-    except OSError:
-        pass  # not Linux, or a minimal image: the kernel name below is enough
-    return f"{name}, kernel {platform.release()} ({platform.machine()})"
 
 
 # -- one step ---------------------------------------------------------------------------------
@@ -520,68 +413,3 @@ def _load(step: StepResult) -> str:
     """The 1-minute load average around a step (the higher of start and end), if recorded."""
     load = step.extra.get("load_1m")
     return f"{load:.1f}" if isinstance(load, int | float) else "-"
-
-
-_MARKER = re.compile(r"<!-- bench:(?P<name>[\w.-]+) -->\n?.*?<!-- /bench:(?P=name) -->\n?", re.S)
-_HEADER = (
-    "# Benchmarks\n\n"
-    "Each section is written by one benchmark between `<!-- bench:NAME -->` markers; "
-    "regenerate it with the command it shows. Edit outside the markers only.\n"
-)
-
-
-def section_head(
-    title: str, command: str, when: dt.datetime, machine: Machine, doc: str | None
-) -> str:
-    """The head of a generated section: its title, when and how it ran, the machine, and
-    what it measures (``doc``: the benchmark module's docstring, from its third paragraph).
-    """
-    what = doc.split("\n\n", 2)[2].strip() if doc else ""
-    return "\n".join(
-        [
-            f"## {title}",
-            "",
-            f"Run {when:%Y-%m-%d %H:%M %Z} with:",
-            "",
-            f"    {command}",
-            "",
-            machine.to_markdown(),
-            "",
-            what,
-        ]
-    )
-
-
-RAW_DIR = Path(__file__).resolve().parent / "out"
-"""Where every benchmark keeps the raw results of its runs (``bench/out``, not committed)."""
-
-
-def save_raw(name: str, when: dt.datetime, data: object, raw_dir: Path = RAW_DIR) -> Path:
-    """Write one run's raw results as ``<raw_dir>/<name>-<when, UTC stamp>.json``; its path."""
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    path = raw_dir / f"{name}-{when:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(data, indent=1))
-    return path
-
-
-def write_benchmarks_md(path: Path | str, sections: Mapping[str, str]) -> None:
-    """Replace (or append) the named sections of ``path``, keeping everything else intact.
-
-    A section ``name`` is the text between ``<!-- bench:name -->`` and ``<!-- /bench:name -->``.
-    The file is written atomically (temp file + rename).
-    """
-    p = Path(path)
-    text = p.read_text() if p.exists() else _HEADER
-    for name, body in sections.items():
-        if not re.fullmatch(r"[\w.-]+", name):
-            raise ValueError(f"section name must match [\\w.-]+, got {name!r}")
-        block = f"<!-- bench:{name} -->\n{body.strip()}\n<!-- /bench:{name} -->\n"
-        found = [m for m in _MARKER.finditer(text) if m.group("name") == name]
-        if found:
-            m = found[0]
-            text = text[: m.start()] + block + text[m.end() :]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(p)

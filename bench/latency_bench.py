@@ -1,7 +1,8 @@
 """Issue 6's batch benchmarks: per-batch overhead and end-to-end latency.
 
-    python -m bench.latency_bench                 # ~2 minutes, writes the `latency` section
-    python -m bench.latency_bench --quick --no-write
+    python -m bench.latency_bench                 # ~2.5 minutes, writes the `latency` section
+    python -m bench.latency_bench --quick         # smoke: 10 s per case
+    python -m bench.latency_bench --seconds 5 --no-write
 
 1. **Empty-batch overhead**: a receiver that stores nothing, 1 s batches, one
    ``foreach_batch`` that counts the (empty) DataFrame: processing time per batch from
@@ -16,17 +17,14 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import shlex
 import statistics
 import sys
 import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, save_raw, write_benchmarks_md
-from bench.step import REPO_ROOT
+from bench.record import Recording, Section, add_record_arguments
 
 SLACK_MS = 300
 CASES = ((1000, 200), (500, 100))  # (batch interval, block interval) in ms
@@ -122,7 +120,7 @@ def run_latency(
     }
 
 
-def render(empty: dict[str, Any], cases: list[dict[str, Any]]) -> str:
+def render_table(empty: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     lines = [
         "| measure | p50 | p99 | target | met |",
         "|---|---:|---:|---:|:---:|",
@@ -138,57 +136,57 @@ def render(empty: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render(data: dict[str, Any]) -> str:
+    """The ``latency`` section's body from a run's raw data."""
+    return (
+        render_table(data["empty"], data["cases"])
+        + f"\n\n{data['seconds']:.0f} s per case on local[4], the first fifth a warm-up. "
+        f"Latency is per record, from the `time.time()` it was stored with "
+        f"({data['rate']:,} records/s, one `store` per record) to `foreach_batch` having "
+        "collected it; the empty batch is the listener's processing time of a batch whose one "
+        "output operation counts an empty DataFrame."
+    )
+
+
+SECTION = Section(
+    name="latency",
+    module="bench.latency_bench",
+    title="Batch overhead and latency (issue 6)",
+    render=render,
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.latency_bench", description=__doc__.split("\n")[0]
+        prog="python -m bench.latency_bench", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--quick", action="store_true", help="10 s per case")
     p.add_argument("--seconds", type=float, help="per case (30; quick 10)")
     p.add_argument("--rate", type=int, default=1000, help="records/s stored")
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     args = p.parse_args(argv)
     seconds = args.seconds or (10.0 if args.quick else 30.0)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.latency_bench " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    spark = (
-        SparkSession.builder.master("local[4]")
-        .appName("latency-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        empty = run_empty(spark, seconds)
-        cases = [run_latency(spark, b, k, args.rate, seconds) for b, k in CASES]
-    finally:
-        spark.stop()
-    table = render(empty, cases)
-    print(table, flush=True)
-    save_raw("latency", when, {"empty": empty, "cases": cases})
-    if not args.no_write:
-        body = "\n\n".join(
-            [
-                "## Batch overhead and latency (issue 6)",
-                f"`{command}` — {when:%Y-%m-%d %H:%M} UTC\n\n{machine.to_markdown()}",
-                table,
-                f"{seconds:.0f} s per case on local[4], the first fifth a warm-up. Latency "
-                f"is per record, from the `time.time()` it was stored with ({args.rate:,} "
-                "records/s, one `store` per record) to `foreach_batch` having collected it; "
-                "the empty batch is the listener's processing time of a batch whose one "
-                "output operation counts an empty DataFrame.",
-            ]
+    with Recording(SECTION, "python -m bench.latency_bench", argv, args) as rec:
+        spark = (
+            SparkSession.builder.master("local[4]")
+            .appName("latency-bench")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
         )
-        write_benchmarks_md(args.output, {"latency": body})
-        print(f"wrote section 'latency' of {args.output}")
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            empty = run_empty(spark, seconds)
+            cases = [run_latency(spark, b, k, args.rate, seconds) for b, k in CASES]
+        finally:
+            spark.stop()
+    data = {"seconds": seconds, "rate": args.rate, "empty": empty, "cases": cases}
+    print(render_table(empty, cases), flush=True)
+    rec.finish(data)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Issue 21's overhead check: word-count capacity with metrics + status page on vs off.
 
-    python -m bench.observability                  # 2 rounds of on/off sessions, writes the section
-    python -m bench.observability --quick --no-write
+    python -m bench.observability                  # 3 rounds of on/off sessions, writes the section
+    python -m bench.observability --quick          # smoke: 1 round, 2 rates, 10 s steps
+    python -m bench.observability --rounds 1 --rates 25000 --seconds 8 --no-write
 
 Each session is one rate ladder of the spark-receivers word count (the ``spark_receivers``
 child of ``bench/receivers.py``, receiver WAL off), run through the ladder's own helpers
@@ -16,11 +17,12 @@ our keys:
 - **off**: no reports, no page, no poller.
 
 Sessions alternate (off, on, on, off, ...) so that a drift in the shared machine's load hits
-both modes alike. Capacity is the highest sustained offered rate of a session, below its
-first failed one; the ratio on/off is the range these rungs allow (the lowest "on" rung held
-over the highest "off" rung failed, to the highest "on" rung failed over the lowest "off"
-rung held), and the target (>= 0.97) is met only when the whole range clears it. As a finer
-figure at equal load, the batch processing time p50 of both modes is given at each rate both
+both modes alike; there are ``--rounds`` (3) on/off pairs. Capacity is the highest sustained
+offered rate of a session, below its first failed one; a round's ratio on/off is the range its
+rungs allow (its "on" rung held over its "off" rung failed, to its "on" rung failed over its
+"off" rung held), the ratio over the rounds the range from the lowest to the highest end, and
+the target (>= 0.97) is met only when every round's whole range clears it. As a finer figure
+at equal load, the batch processing time p50 of both modes is given at each rate both
 sustained.
 
 On this 2-core machine sessions of one mode differ by more than the 3 % the target allows
@@ -35,10 +37,6 @@ the machine had busy at capacity with everything off (``CpuSampler``); see
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import shlex
 import socket
 import statistics
 import sys
@@ -50,8 +48,11 @@ from functools import partial
 from typing import Any
 
 from bench.child import BatchRecorder, ChildArgs, Stop, child_main
-from bench.harness import Machine, StepResult, save_raw, stat_cpu_seconds, write_benchmarks_md
-from bench.step import REPO_ROOT, run_child_session
+from bench.harness import StepResult, stat_cpu_seconds
+from bench.record import Recording, Section, add_record_arguments
+from bench.repeats import DEFAULT_REPEATS, Outcome, Spread
+from bench.repeats import verdict as over_rounds
+from bench.step import run_child_session
 
 MODES = ("off", "on")
 FULL_RATES = [100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000, 800_000]
@@ -178,17 +179,28 @@ def first_failed(steps: Sequence[dict[str, Any]]) -> int | None:
     return min((s["offered_rate"] for s in steps if not s["sustained"]), default=None)
 
 
-def ratio_bounds(sessions: list[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """The on/off capacity ratio's range from the rungs held and failed (None: unbounded)."""
-    held = {m: [s["capacity"] for s in sessions if s["mode"] == m] for m in MODES}
-    failed = {m: [first_failed(s["steps"]) for s in sessions if s["mode"] == m] for m in MODES}
-    if not held["on"] or not held["off"] or min(held["off"]) <= 0:
-        return None, None
-    off_failed = failed["off"]
-    lo = None if None in off_failed else min(held["on"]) / max(f for f in off_failed if f)
-    on_failed = failed["on"]
-    hi = None if None in on_failed else max(f for f in on_failed if f) / min(held["off"])
-    return lo, hi
+def round_bounds(sessions: list[dict[str, Any]]) -> dict[int, list[float | None]]:
+    """Per round, the on/off capacity ratio's range from its two sessions' rungs held and
+    failed: ``[on held / off failed, on failed / off held]`` (None: unbounded that way)."""
+    out: dict[int, list[float | None]] = {}
+    for r in dict.fromkeys(s["round"] for s in sessions):
+        by = {s["mode"]: s for s in sessions if s["round"] == r}
+        if set(by) != set(MODES):
+            continue
+        on, off = by["on"], by["off"]
+        off_failed, on_failed = first_failed(off["steps"]), first_failed(on["steps"])
+        lo = on["capacity"] / off_failed if off_failed else None
+        hi = on_failed / off["capacity"] if on_failed and off["capacity"] > 0 else None
+        out[int(r)] = [lo, hi]
+    return out
+
+
+def _outcome(lo: float | None, hi: float | None) -> Outcome:
+    if lo is not None and lo >= TARGET:
+        return Outcome.MET
+    if hi is not None and hi < TARGET:
+        return Outcome.MISSED
+    return Outcome.UNDECIDED
 
 
 def run(rates: list[int], step_s: float, rounds: int) -> list[dict[str, Any]]:
@@ -256,6 +268,7 @@ def accounted_ratios(sessions: list[dict[str, Any]]) -> dict[int, float]:
 
 
 def verdict(sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every figure of the section, judged: met only when every round met the target."""
     by_mode = {m: [s["capacity"] for s in sessions if s["mode"] == m] for m in MODES}
     medians = {m: statistics.median(v) if v else 0 for m, v in by_mode.items()}
     ratio = medians["on"] / medians["off"] if medians["off"] else None
@@ -269,42 +282,54 @@ def verdict(sessions: list[dict[str, Any]]) -> dict[str, Any]:
         for rate, v in sorted(common.items())
         if v["on"] and v["off"] and statistics.median(v["off"]) > 0
     }
-    lo, hi = ratio_bounds(sessions)
+    rounds = round_bounds(sessions)
+    los, his = [b[0] for b in rounds.values()], [b[1] for b in rounds.values()]
+    lo = None if not los or None in los else min(x for x in los if x is not None)
+    hi = None if not his or None in his else max(x for x in his if x is not None)
+    outcomes = [_outcome(a, b) for a, b in rounds.values()]
     accounted = accounted_ratios(sessions)
     return {
         "capacity": by_mode,
         "median": medians,
         "ratio": ratio,
+        "round_bounds": rounds,
         "ratio_bounds": [lo, hi],
-        "meets_target": lo is not None and lo >= TARGET,
-        "misses_target": hi is not None and hi < TARGET,
+        "target_verdict": over_rounds(outcomes),
+        "meets_target": bool(outcomes) and all(o is Outcome.MET for o in outcomes),
+        "misses_target": any(o is Outcome.MISSED for o in outcomes),
         "processing_p50_ratio_by_rate": p50_ratio,
         "accounted_ratio_by_round": accounted,
         "meets_target_by_accounting": bool(accounted) and min(accounted.values()) >= TARGET,
     }
 
 
-def render(sessions: list[dict[str, Any]], v: dict[str, Any]) -> str:
+def _b(x: float | None) -> str:
+    return "?" if x is None else f"{x:.2f}"
+
+
+def render_table(sessions: list[dict[str, Any]], v: dict[str, Any]) -> str:
     lines = [
         "| round | mode | highest sustained (lines/s) | batch p50 at each sustained rate (ms) |",
         "|---:|---|---:|---|",
     ]
     for s in sessions:
         p50 = ", ".join(
-            f"{int(r):,}: {ms:,.0f}" for r, ms in sorted(s["batch_p50_ms"].items()) if ms
+            f"{int(r):,}: {ms:,.0f}"
+            for r, ms in sorted(s["batch_p50_ms"].items(), key=lambda kv: int(kv[0]))
+            if ms
         )
         lines.append(f"| {s['round']} | {s['mode']} | {s['capacity']:,} | {p50 or '-'} |")
     lo, hi = v["ratio_bounds"]
-    bounds = f"[{'?' if lo is None else f'{lo:.2f}'}, {'?' if hi is None else f'{hi:.2f}'}]"
-    judged = (
-        "met" if v["meets_target"] else "NOT met" if v["misses_target"]
-        else "not resolved by these rungs: the range straddles it"
-    )  # fmt: skip
+    per_round = ", ".join(
+        f"round {r}: [{_b(a)}, {_b(b)}]" for r, (a, b) in v["round_bounds"].items()
+    )
+    caps = {m: Spread(tuple(c)).label() for m, c in v["capacity"].items() if c}
     lines += [
         "",
-        f"Median capacity: on {v['median']['on']:,.0f}, off {v['median']['off']:,.0f} lines/s; "
-        f"capacity ratio on/off within **{bounds}** from the rungs held and failed "
-        f"(target >= {TARGET}: {judged}).",
+        f"Capacity (lines/s): on {caps.get('on', '-')}; off {caps.get('off', '-')}. "
+        f"Capacity ratio on/off from the rungs held and failed: {per_round}; over the rounds "
+        f"within **[{_b(lo)}, {_b(hi)}]** (target >= {TARGET}, met only when every round's "
+        f"range clears it: {v['target_verdict']}).",
     ]
     accounted = v.get("accounted_ratio_by_round") or {}
     if accounted:
@@ -323,71 +348,46 @@ def render(sessions: list[dict[str, Any]], v: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render(data: dict[str, Any]) -> str:
+    """The ``observability`` section's body from a run's raw data (its sessions)."""
+    sessions = data["sessions"]
+    return DESCRIPTION + "\n\n" + render_table(sessions, verdict(sessions))
+
+
+SECTION = Section(
+    name="observability",
+    module="bench.observability",
+    title="Observability overhead (issue 21): metrics + status page on vs off",
+    render=render,
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.observability", description=__doc__.split("\n")[0]
+        prog="python -m bench.observability", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--quick", action="store_true", help="1 round, 2 rates, 10 s steps")
-    p.add_argument("--rounds", type=int, help="on/off session pairs (2; quick 1)")
+    p.add_argument(
+        "--rounds",
+        "--repeats",
+        dest="rounds",
+        type=int,
+        help=f"on/off session pairs ({DEFAULT_REPEATS}; quick 1)",
+    )
     p.add_argument("--rates", help="comma-separated lines/s (overrides the ladder)")
     p.add_argument("--seconds", type=float, help="per step (15; quick 10)")
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
-    p.add_argument("--from-raw", metavar="JSON", help="run nothing: rewrite from a raw file")
+    add_record_arguments(p)
     args = p.parse_args(argv)
-    if args.from_raw:
-        return rewrite_from_raw(args.from_raw, args.output)
     rates = [int(r) for r in args.rates.split(",")] if args.rates else (
         QUICK_RATES if args.quick else FULL_RATES
     )  # fmt: skip
     step_s = args.seconds or (10.0 if args.quick else 15.0)
-    rounds = args.rounds or (1 if args.quick else 2)
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.observability " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    sessions = run(rates, step_s, rounds)
-    v = verdict(sessions)
-    table = render(sessions, v)
-    print("\n" + table, flush=True)
-    raw = save_raw("observability", when, {"command": command, "sessions": sessions, "verdict": v})
-    if not args.no_write:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-        ran = f"`{command}` — {when:%Y-%m-%d %H:%M} UTC, load at the end {load}"
-        write_section(args.output, ran, machine, table)
-        print(f"wrote section 'observability' of {args.output}; raw results in {raw}")
+    rounds = args.rounds or (1 if args.quick else DEFAULT_REPEATS)
+    with Recording(SECTION, "python -m bench.observability", argv, args) as rec:
+        sessions = run(rates, step_s, rounds)
+    print("\n" + render_table(sessions, verdict(sessions)), flush=True)
+    rec.finish({"rates": rates, "step_s": step_s, "sessions": sessions})
     return 0
-
-
-def rewrite_from_raw(path: str, output: str) -> int:
-    """Judge and write the section again from a run's raw file (same machine, no new run)."""
-    with open(path) as f:
-        raw = json.loads(f.read())
-    v = verdict(raw["sessions"])
-    table = render(raw["sessions"], v)
-    print(table)
-    stamp = os.path.basename(path).removeprefix("observability-").removesuffix(".json")
-    when = dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ")
-    ran = (
-        f"`{raw['command']}` — {when:%Y-%m-%d %H:%M} UTC (judged again from its raw "
-        "results with `--from-raw`)"
-    )
-    write_section(output, ran, Machine.detect(), table)
-    return 0
-
-
-def write_section(output: str, ran: str, machine: Machine, table: str) -> None:
-    """The ``observability`` section of ``output``: what ran, the machine, the table."""
-    body = "\n\n".join(
-        [
-            "## Observability overhead (issue 21): metrics + status page on vs off",
-            f"{ran}\n\n{machine.to_markdown()}",
-            DESCRIPTION,
-            table,
-        ]
-    )
-    write_benchmarks_md(output, {"observability": body})
 
 
 if __name__ == "__main__":

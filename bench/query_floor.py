@@ -1,7 +1,8 @@
 """Spark alone: the ladder's batch query on rows already in Spark's memory, per batch size.
 
-    python -m bench.query_floor                       # ~6 minutes, writes the section
-    python -m bench.query_floor --quick --no-write
+    python -m bench.query_floor                       # ~8 minutes, writes the section
+    python -m bench.query_floor --quick               # smoke: 3 rungs, 3 runs each
+    python -m bench.query_floor --rungs 346000 --runs 2 --warm-up 2 --no-write
 
 What no ingest path can beat on this machine (issue 20): the ladder's two DataFrame
 pipelines, the word count (``explode(split)`` → ``groupBy`` → ``collect``) and ``count()``
@@ -24,10 +25,8 @@ whose query alone takes 2 core-seconds (both cores for the whole interval).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -35,13 +34,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.child import local_session
-from bench.harness import CpuSampler, Machine, save_raw, section_head, write_benchmarks_md
+from bench.harness import CpuSampler
 from bench.ladder import rung_grid
 from bench.loadgen import BLOCK_LINES, LinePool
+from bench.record import Recording, Section, add_record_arguments, doc_tail
 from bench.repeated_actions import word_count
-from bench.step import REPO_ROOT
 
-__all__ = ["LAST_RESULTS", "QUERIES", "fits", "lowest_failing", "main", "render_floor_section"]
+__all__ = ["LAST_RESULTS", "QUERIES", "SECTION", "fits", "lowest_failing", "main", "render"]
 
 INTERVAL_MS = 1000.0
 CORES_PER_INTERVAL = float(os.cpu_count() or 2)
@@ -117,11 +116,11 @@ def measure_rung(spark: Any, sampler: CpuSampler, pool: LinePool, n: int, runs: 
     return out
 
 
-def best(rung: dict, query: str) -> dict:
+def best(rung: dict, query: str, cores: float = CORES_PER_INTERVAL) -> dict:
     """The figures of the form that counts for ``query``: the faster (by p50) of those that
     fit, else the faster of all (so a rung fits when either form does)."""
     forms = [rung[f"{query}/{f}"] for f in FORMS]
-    return min([r for r in forms if fits(r)] or forms, key=lambda r: r["p50_ms"])
+    return min([r for r in forms if fits(r, cores=cores)] or forms, key=lambda r: r["p50_ms"])
 
 
 def fits(
@@ -145,9 +144,9 @@ def lowest_failing(rungs: Sequence[dict]) -> dict[str, int]:
     return out
 
 
-def _bounds(rungs: Sequence[dict], query: str) -> str:
-    held = [r["lines"] for r in rungs if fits(best(r, query))]
-    failed = [r["lines"] for r in rungs if not fits(best(r, query))]
+def _bounds(rungs: Sequence[dict], query: str, cores: float) -> str:
+    held = [r["lines"] for r in rungs if fits(best(r, query, cores), cores=cores)]
+    failed = [r["lines"] for r in rungs if not fits(best(r, query, cores), cores=cores)]
     hi = min(failed) if failed else None
     lo = max((x for x in held if hi is None or x < hi), default=None)
     if hi is None:
@@ -160,12 +159,9 @@ def _f(value: float | None, fmt: str = ",.0f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def render_floor_section(
-    rungs: Sequence[dict], *, machine: Machine, command: str, when: dt.datetime
-) -> str:
-    head = section_head(
-        "Spark alone: the batch query on rows in memory (issue 20)", command, when, machine, __doc__
-    )
+def render(data: dict[str, Any]) -> str:
+    """The ``query_floor`` section's body from a run's raw data (its rungs, the cores)."""
+    rungs, cores = data["rungs"], float(data["cores"])
     rows = [
         "| lines per batch | query | cache p50 / min ms | checkpoint p50 / min ms "
         "| busy cores | CPU per batch (core-s) | fits a 1 s batch |",
@@ -173,23 +169,31 @@ def render_floor_section(
     ]
     for r in rungs:
         for q in QUERIES:
-            c, k, b = r[f"{q}/cache"], r[f"{q}/checkpoint"], best(r, q)
+            c, k, b = r[f"{q}/cache"], r[f"{q}/checkpoint"], best(r, q, cores)
             rows.append(
                 f"| {r['lines']:,} | {q} | {_f(c['p50_ms'])} / {_f(c['min_ms'])} "
                 f"| {_f(k['p50_ms'])} / {_f(k['min_ms'])} | {_f(b['busy_cores'], '.2f')} "
-                f"| {_f(b['core_s'], '.2f')} | {'yes' if fits(b) else 'no'} |"
+                f"| {_f(b['core_s'], '.2f')} | {'yes' if fits(b, cores=cores) else 'no'} |"
             )
-    summary = [f"- {q}: Spark alone {_bounds(rungs, q)}." for q in QUERIES]
+    summary = [f"- {q}: Spark alone {_bounds(rungs, q, cores)}." for q in QUERIES]
     return "\n\n".join(
         [
-            head,
             "\n".join(rows),
             "\n".join(summary),
             "Busy cores and CPU are those of the form that counts (the faster of those that fit, "
             "else the faster); `fits` = p50 < 1,000 ms and CPU < "
-            f"{CORES_PER_INTERVAL:.0f} core-seconds.",
+            f"{cores:.0f} core-seconds.",
         ]
     )
+
+
+SECTION = Section(
+    name="query_floor",
+    module="bench.query_floor",
+    title="Spark alone: the batch query on rows in memory (issue 20)",
+    render=render,
+    about=doc_tail(__doc__),
+)
 
 
 def _warm_up(spark: Any, pool: LinePool, seconds: float) -> None:
@@ -209,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rungs", help="lines per batch, comma-separated (the ladder's from 346,000)")
     p.add_argument("--runs", type=int, help="timed runs per query, form and rung (7; quick 3)")
     p.add_argument("--warm-up", type=float, help="seconds of JIT warm-up (20; quick 5)")
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     args = p.parse_args(argv)
     rungs = (
         [int(x) // BLOCK_LINES * BLOCK_LINES for x in args.rungs.split(",")]
@@ -218,31 +221,26 @@ def main(argv: list[str] | None = None) -> int:
         else (DEFAULT_RUNGS[::3] if args.quick else DEFAULT_RUNGS)
     )
     runs = args.runs or (3 if args.quick else 7)
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.query_floor " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    spark = local_session("query-floor")
-    pool = LinePool()
     results = []
-    try:
-        with CpuSampler() as sampler:
-            warm_up_s = args.warm_up if args.warm_up is not None else (5.0 if args.quick else 20.0)
-            _warm_up(spark, pool, warm_up_s)
-            for n in rungs:
-                rung = measure_rung(spark, sampler, pool, n, runs)
-                print(json.dumps(rung), flush=True)
-                results.append(rung)
-    finally:
-        spark.stop()
+    with Recording(SECTION, "python -m bench.query_floor", argv, args) as rec:
+        spark = local_session("query-floor")
+        pool = LinePool()
+        try:
+            with CpuSampler() as sampler:
+                warm_up_s = (
+                    args.warm_up if args.warm_up is not None else (5.0 if args.quick else 20.0)
+                )
+                _warm_up(spark, pool, warm_up_s)
+                for n in rungs:
+                    rung = measure_rung(spark, sampler, pool, n, runs)
+                    print(json.dumps(rung), flush=True)
+                    results.append(rung)
+        finally:
+            spark.stop()
     LAST_RESULTS[:] = results
-    section = render_floor_section(results, machine=machine, command=command, when=when)
-    print(section, flush=True)
-    save_raw("query-floor", when, results)
-    if not args.no_write:
-        write_benchmarks_md(args.output, {"query_floor": section})
-        print(f"wrote section 'query_floor' of {args.output}")
+    data = {"cores": CORES_PER_INTERVAL, "runs": runs, "rungs": results}
+    print(render(data), flush=True)
+    rec.finish(data)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Repeated actions on one batch DataFrame: first vs second action, and the empty batch.
 
-    python -m bench.repeated_actions                 # ~2 minutes, writes the section
-    python -m bench.repeated_actions --quick --no-write
+    python -m bench.repeated_actions                 # ~2.5 minutes, writes the section
+    python -m bench.repeated_actions --quick         # smoke: 10 s per case
+    python -m bench.repeated_actions --seconds 5 --no-write
 
 What users write: several actions on the DataFrame of one batch (a ``count()`` and a word
 count, a ``show()`` then a write...). Measured on ``local[4]`` in this process, with the
@@ -25,20 +26,17 @@ action re-read the blocks before), one after the other in the same run:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import shlex
 import sys
 import threading
 import time
 from typing import Any
 
 from bench.child import WORD_MARK, local_session, warmup_lines
-from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
-from bench.step import REPO_ROOT
+from bench.record import REPO_ROOT, Recording, Section, add_record_arguments, doc_tail
 
-__all__ = ["main", "render_repeated_section"]
+__all__ = ["SECTION", "main", "render"]
 
 EMPTY_TARGET_MS = 100.0  # issue 20: an empty batch with two actions
 
@@ -137,10 +135,8 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
-def render_repeated_section(
-    cases: list[dict[str, Any]], *, machine: Machine, command: str, when: dt.datetime
-) -> str:
-    """The ``repeated_actions`` section of BENCHMARKS.md (without its markers): this run only."""
+def render(cases: list[dict[str, Any]]) -> str:
+    """The ``repeated_actions`` section's body from a run's raw data (its cases)."""
     rows = [
         "| batch cache | lines/s | batches | lines per batch p50 | 1st word count p50 "
         "| 2nd word count p50 | 2nd ÷ 1st | word count on the rows in Spark's memory p50 "
@@ -176,8 +172,6 @@ def render_repeated_section(
         )
     return "\n".join(
         [
-            section_head("Repeated actions on a batch (issue 20)", command, when, machine, __doc__),
-            "",
             "Data batches:",
             "",
             "\n".join(rows),
@@ -189,6 +183,15 @@ def render_repeated_section(
     )
 
 
+SECTION = Section(
+    name="repeated_actions",
+    module="bench.repeated_actions",
+    title="Repeated actions on a batch (issue 20)",
+    render=render,
+    about=doc_tail(__doc__),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.repeated_actions", description=(__doc__ or "").split("\n")[0]
@@ -196,35 +199,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="10 s per case")
     p.add_argument("--seconds", type=float, help="per case (25; quick 10)")
     p.add_argument("--rate", type=int, default=100_000, help="lines/s of the data batches")
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     args = p.parse_args(argv)
     seconds = args.seconds or (10.0 if args.quick else 25.0)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         x for x in [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if x
     )  # the Python workers import bench.* (the receiver class lives here)
-
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.repeated_actions " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    spark = local_session("repeated-actions")
     cases = []
-    try:
-        for rate in (args.rate, 0):
-            for cache in (False, True):
-                case = run_case(spark, rate=rate, seconds=seconds, cache=cache)
-                print(json.dumps(case), flush=True)
-                cases.append(case)
-    finally:
-        spark.stop()
-    section = render_repeated_section(cases, machine=machine, command=command, when=when)
-    print(section, flush=True)
-    save_raw("repeated", when, cases)
-    if not args.no_write:
-        write_benchmarks_md(args.output, {"repeated_actions": section})
-        print(f"wrote section 'repeated_actions' of {args.output}")
+    with Recording(SECTION, "python -m bench.repeated_actions", argv, args) as rec:
+        spark = local_session("repeated-actions")
+        try:
+            for rate in (args.rate, 0):
+                for cache in (False, True):
+                    case = run_case(spark, rate=rate, seconds=seconds, cache=cache)
+                    print(json.dumps(case), flush=True)
+                    cases.append(case)
+        finally:
+            spark.stop()
+    print(render(cases), flush=True)
+    rec.finish(cases)
     return 0
 
 

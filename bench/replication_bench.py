@@ -1,7 +1,8 @@
 """Issue 18: what the second copy of every block costs, replication 2 against 1, side by side.
 
-    python -m bench.replication_bench                 # ~6 min, writes its BENCHMARKS.md section
-    python -m bench.replication_bench --quick --no-write
+    python -m bench.replication_bench                 # ~7 min, writes its BENCHMARKS.md section
+    python -m bench.replication_bench --quick         # smoke: 3 s store runs, 25 s word counts
+    python -m bench.replication_bench --quick --skip-word-count --no-write
 
 Two measurements, each run for ``MEMORY_AND_DISK`` (one copy) and ``MEMORY_AND_DISK_2``
 (two) in the order 1, 2, 2, 1, so a drift of the machine weighs on both alike:
@@ -30,10 +31,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, write_benchmarks_md
+from bench.record import Recording, Section, add_record_arguments
 from bench.step import REPO_ROOT
 
 LEVELS = ("MEMORY_AND_DISK", "MEMORY_AND_DISK_2")
@@ -260,7 +259,11 @@ def ratio_range(results: list[dict[str, Any]], key: str) -> tuple[float, float] 
     return (min(ratios), max(ratios)) if ratios else None
 
 
-def render(store: list[dict[str, Any]], wc: list[dict[str, Any]], command: str) -> str:
+def render(data: dict[str, Any]) -> str:
+    """The ``replication`` section's body from a run's raw data."""
+    store: list[dict[str, Any]] = data["store"]
+    wc: list[dict[str, Any]] = data["wc"]
+
     def fmt(x: Any, spec: str = ",.0f") -> str:
         return format(x, spec) if isinstance(x, int | float) and x == x else "-"
 
@@ -271,12 +274,7 @@ def render(store: list[dict[str, Any]], wc: list[dict[str, Any]], command: str) 
         met = "met" if lo >= 0.85 else ("not met" if hi < 0.85 else "not met in every pairing")
         return f"[{lo:.2f}, {hi:.2f}] ({met}: target ≥ 0.85)"
 
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
-        "## Replicated blocks: two copies against one (issue 18)",
-        "",
-        f"Run {when}: `{command}`.\n\n{Machine.detect().to_markdown().strip()}",
-        "",
         "store(one), no Spark: a real supervisor, a real keeper process per 'executor', "
         "100-byte records as fast as the receiver's thread stores them; 200 ms blocks.",
         "",
@@ -309,6 +307,11 @@ def render(store: list[dict[str, Any]], wc: list[dict[str, Any]], command: str) 
         f"{verdict(ratio_range(store, 'records_per_s'))}.",
         f"- Latency the replica round trip adds before AddBlock (mean of the runs' store "
         f"p50 / p99, two copies minus one): {fmt(added50, '.1f')} / {fmt(added99, '.1f')} ms.",
+    ]
+    if not wc:
+        out += ["", "Word count on `local-cluster[2,2,1024]`: not run (`--skip-word-count`)."]
+        return "\n".join(out) + "\n"
+    out += [
         "",
         "Word count on `local-cluster[2,2,1024]`, two generator receivers (one per executor), "
         "backpressure on, 1 s batches; capacity = records processed per second over the second "
@@ -333,37 +336,44 @@ def render(store: list[dict[str, Any]], wc: list[dict[str, Any]], command: str) 
     return "\n".join(out) + "\n"
 
 
+SECTION = Section(
+    name="replication",
+    module="bench.replication_bench",
+    title="Replicated blocks: two copies against one (issue 18)",
+    render=render,
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bench.replication_bench", description=(__doc__ or "").split("\n")[0]
+    )
     p.add_argument("--quick", action="store_true", help="short runs (smoke)")
-    p.add_argument("--store-seconds", type=float, default=10.0)
-    p.add_argument("--wc-seconds", type=float, default=60.0)
+    p.add_argument("--store-seconds", type=float, help="per store run (10; quick 3)")
+    p.add_argument("--wc-seconds", type=float, help="per word-count run (60; quick 25)")
     p.add_argument("--skip-word-count", action="store_true")
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    store_s = args.store_seconds or (3.0 if args.quick else 10.0)
+    wc_s = args.wc_seconds or (25.0 if args.quick else 60.0)
     if args.child:
-        _word_count_child(args.child, args.wc_seconds)
+        _word_count_child(args.child, wc_s)
         return 0
-    store_s, wc_s = (3.0, 25.0) if args.quick else (args.store_seconds, args.wc_seconds)
     order = [LEVELS[0], LEVELS[1], LEVELS[1], LEVELS[0]]
-    store = []
-    for level in order:
-        store.append(store_one(level, store_s))
-        print(json.dumps(store[-1]), flush=True)
-    wc = []
-    if not args.skip_word_count:
+    store: list[dict[str, Any]] = []
+    wc: list[dict[str, Any]] = []
+    with Recording(SECTION, "python -m bench.replication_bench", argv, args) as rec:
         for level in order:
-            wc.append(word_count(level, wc_s))
-            print(json.dumps(wc[-1]), flush=True)
-    command = "python -m bench.replication_bench " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    section = render(store, wc, command)
-    print(section)
-    if not args.no_write:
-        write_benchmarks_md(args.output, {"replication": section})
+            store.append(store_one(level, store_s))
+            print(json.dumps(store[-1]), flush=True)
+        if not args.skip_word_count:
+            for level in order:
+                wc.append(word_count(level, wc_s))
+                print(json.dumps(wc[-1]), flush=True)
+    data = {"store_seconds": store_s, "wc_seconds": wc_s, "store": store, "wc": wc}
+    print(render(data))
+    rec.finish(data)
     return 0
 
 

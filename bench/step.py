@@ -24,12 +24,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 from bench.child import BATCH_PREFIX, RESULT_PREFIX
 from bench.harness import (
-    RAW_DIR,
     BatchSample,
     CpuSampler,
     SessionResult,
@@ -37,11 +35,12 @@ from bench.harness import (
     summarize_step,
 )
 from bench.loadgen import LineServer
+from bench.record import REPO_ROOT, SCRATCH_DIR
 
 __all__ = ["LOG_DIR", "REPO_ROOT", "run_child_session"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-LOG_DIR = RAW_DIR / "logs"
+LOG_DIR = SCRATCH_DIR / "logs"
+"""Each session's log and its child's whole report (every batch): scratch, not committed."""
 
 
 def _child_env() -> dict[str, str]:
@@ -116,9 +115,9 @@ def run_child_session(
     """
     if not rates:
         raise ValueError("a session needs at least one rate")
-    log_name = f"{system}-{pipeline}-{rates[0]}"
+    log_name = f"{system}-{pipeline}-{rates[0]}-{time.strftime('%Y%m%dT%H%M%S')}"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / f"{log_name}.log"  # a coarse and a fine session per pair
+    log_path = LOG_DIR / f"{log_name}.log"
     raw_path = log_path.with_suffix(".json")
     drain_s = drain_batches * batch_interval_s
     grace_s = 2 * batch_interval_s + 1.0

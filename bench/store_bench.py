@@ -1,7 +1,8 @@
 """Records/s per receiver through the real supervisor path up to the block store (issue 3).
 
     python -m bench.store_bench                 # 3 forms x 5 s, writes section `store`
-    python -m bench.store_bench --seconds 2 --no-write
+    python -m bench.store_bench --quick         # smoke: 1 s per form, 10 s through Spark
+    python -m bench.store_bench --seconds 2 --pipeline-seconds 0 --no-write
 
 What runs: a real :class:`~spark_receivers.receiver.supervisor.ReceiverSupervisor` (its
 BlockGenerator, RateLimiter, block placement, Flight block server and tracker client) in this
@@ -37,10 +38,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as dt
 import json
 import multiprocessing as mp
-import shlex
 import sys
 import threading
 import time
@@ -48,10 +47,9 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.harness import Machine, save_raw, section_head, write_benchmarks_md
-from bench.step import REPO_ROOT
+from bench.record import REPO_ROOT, Recording, Section, add_record_arguments, doc_tail
 
-__all__ = ["FormResult", "StoreDriver", "floor_rate", "render_store_section", "run_form"]
+__all__ = ["SECTION", "FormResult", "StoreDriver", "floor_rate", "render", "run_form"]
 
 RECORD_BYTES = 100
 LIST_LEN = 1000
@@ -276,16 +274,11 @@ def run_form(form: str, seconds: float, driver: StoreDriver, secret: str) -> For
 # -- report ------------------------------------------------------------------------------------
 
 
-def render_store_section(
-    results: list[FormResult],
-    *,
-    machine: Machine,
-    command: str,
-    when: dt.datetime,
-    notes: str = "",
-    pipeline: list[dict[str, Any]] | None = None,
-) -> str:
-    """The ``store`` section of BENCHMARKS.md (without its markers)."""
+def render(data: dict[str, Any]) -> str:
+    """The ``store`` section's body from a run's raw data."""
+    results = [
+        FormResult(**{k: r[k] for k in FormResult.__dataclass_fields__}) for r in data["results"]
+    ]
     rows = [
         "| form | records | records/s to the block store | store() calls return at | "
         "blocks | target | met | floor | ÷ floor | target ÷ issue floor | met at this floor |",
@@ -304,37 +297,28 @@ def render_store_section(
             f"| {'-' if target is None else f'{target:,}'} | {met} "
             f"| {r.floor:,.0f} | {ratio:.2f} | {scaled} | {met_scaled} |"
         )
-    return "\n".join(
-        [
-            section_head(
-                "Store: records/s per receiver through the supervisor to the block store",
-                command,
-                when,
-                machine,
-                __doc__,
-            ),
-            "",
-            f"The targets were set against a floor of {ISSUE_FLOOR:,}/s on an idle machine; "
-            "on a shared machine the ratio to the floor measured next to each form is the "
-            "comparable figure, so the table also gives each target as a multiple of the "
-            "issue's floor and whether the form meets that ratio.",
-            "",
-            "\n".join(rows),
-            "",
-            *(
-                [
-                    "Through the whole pipeline on local Spark (`local[4]`, second half of "
-                    "each run):",
-                    "",
-                    render_pipeline_table(pipeline),
-                    "",
-                ]
-                if pipeline
-                else []
-            ),
-            notes.strip(),
+    parts = [
+        f"The targets were set against a floor of {ISSUE_FLOOR:,}/s on an idle machine; "
+        "on a shared machine the ratio to the floor measured next to each form is the "
+        "comparable figure, so the table also gives each target as a multiple of the "
+        "issue's floor and whether the form meets that ratio.",
+        "\n".join(rows),
+    ]
+    if data.get("pipeline"):
+        parts += [
+            "Through the whole pipeline on local Spark (`local[4]`, second half of each run):",
+            render_pipeline_table(data["pipeline"]),
         ]
-    )
+    return "\n\n".join(parts)
+
+
+SECTION = Section(
+    name="store",
+    module="bench.store_bench",
+    title="Store: records/s per receiver through the supervisor to the block store",
+    render=render,
+    about=doc_tail(__doc__),
+)
 
 
 PIPELINE_HEADER = (
@@ -384,62 +368,52 @@ def render_pipeline_table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.store_bench", description=__doc__.split("\n")[0]
+        prog="python -m bench.store_bench", description=(__doc__ or "").split("\n")[0]
     )
-    p.add_argument("--seconds", type=float, default=5.0, help="seconds per form")
+    p.add_argument("--quick", action="store_true", help="smoke: 1 s per form, 10 s in Spark")
+    p.add_argument("--seconds", type=float, help="seconds per form (5; quick 1)")
     p.add_argument("--forms", default=",".join(FORMS))
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
     p.add_argument(
         "--pipeline-seconds",
         type=float,
-        default=30.0,
-        help="seconds per form through the whole pipeline on local Spark (0: skip)",
+        help="seconds per form through the whole pipeline on local Spark (0: skip; 30, quick 10)",
     )
+    add_record_arguments(p)
     args = p.parse_args(argv)
     from spark_receivers.rpc.auth import new_secret
 
     forms = [f for f in args.forms.split(",") if f]
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.store_bench " + shlex.join(
-        argv if argv is not None else sys.argv[1:]
-    )
+    seconds = args.seconds or (1.0 if args.quick else 5.0)
+    pipeline_s = args.pipeline_seconds
+    if pipeline_s is None:
+        pipeline_s = 10.0 if args.quick else 30.0
     secret = new_secret()
     results = []
-    with StoreDriver(secret) as driver:
-        for form in forms:
-            floor = floor_rate(make_records(), FLOOR_S)
-            r = dataclasses.replace(run_form(form, args.seconds, driver, secret), floor=floor)
-            results.append(r)
-            print(
-                f"{form:6} {r.rate:>14,.0f} rec/s to the store  ({r.store_rate:,.0f} store-call "
-                f"rate, {r.records:,} records, {r.blocks:,} blocks, "
-                f"{r.floor_ratio:.2f}x the floor of {floor:,.0f})",
-                flush=True,
-            )
     pipeline: list[dict[str, Any]] = []
-    if args.pipeline_seconds > 0:
-        pipeline = run_pipeline(forms, args.pipeline_seconds)
-        print("\nthrough the whole pipeline on local Spark:\n" + render_pipeline_table(pipeline))
-    out = save_raw(
-        "store",
-        when,
-        {
-            "command": command,
-            "machine": asdict(machine),
-            "results": [
-                {**asdict(r), "rate": r.rate, "floor_ratio": r.floor_ratio} for r in results
-            ],
-            "pipeline": pipeline,
-        },
-    )
-    if not args.no_write:
-        section = render_store_section(
-            results, machine=machine, command=command, when=when, pipeline=pipeline
-        )
-        write_benchmarks_md(args.output, {"store": section})
-        print(f"wrote section 'store' of {args.output}; raw in {out}")
+    with Recording(SECTION, "python -m bench.store_bench", argv, args) as rec:
+        with StoreDriver(secret) as driver:
+            for form in forms:
+                floor = floor_rate(make_records(), FLOOR_S)
+                r = dataclasses.replace(run_form(form, seconds, driver, secret), floor=floor)
+                results.append(r)
+                print(
+                    f"{form:6} {r.rate:>14,.0f} rec/s to the store  ({r.store_rate:,.0f} "
+                    f"store-call rate, {r.records:,} records, {r.blocks:,} blocks, "
+                    f"{r.floor_ratio:.2f}x the floor of {floor:,.0f})",
+                    flush=True,
+                )
+        if pipeline_s > 0:
+            pipeline = run_pipeline(forms, pipeline_s)
+            print(
+                "\nthrough the whole pipeline on local Spark:\n" + render_pipeline_table(pipeline)
+            )
+    data = {
+        "seconds": seconds,
+        "pipeline_seconds": pipeline_s,
+        "results": [asdict(r) for r in results],
+        "pipeline": pipeline,
+    }
+    rec.finish(data)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Issue 4's write-ahead log benchmarks, each against its target.
 
-    python -m bench.wal_bench                  # ~3 minutes, writes the `wal` section
-    python -m bench.wal_bench --quick --no-write
+    python -m bench.wal_bench                  # ~4 minutes, writes the `wal` section
+    python -m bench.wal_bench --quick          # smoke: 1 s writes, 8 s pipeline runs
+    python -m bench.wal_bench --quick --pipeline-seconds 0 --no-write
 
 1. **WAL write vs raw fsync**: ``FileBasedWriteAheadLog.write`` (framing, CRC, fdatasync
    per write) against a plain ``os.write`` + ``os.fdatasync`` loop of the same record sizes into
@@ -26,10 +27,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ import threading
 import time
 from typing import Any
 
-from bench.harness import Machine, save_raw, write_benchmarks_md
+from bench.record import Recording, Section, add_record_arguments
 from bench.step import REPO_ROOT
 
 TARGETS = {
@@ -273,46 +272,45 @@ def run(quick: bool, pipeline_seconds: float) -> dict[str, Any]:
     return results
 
 
+NOTES = (
+    "WAL and raw writes alternate in rounds of 8 records (one of 64 MiB) in one directory of "
+    "the same disk; both fsync every record. AddBlock: 16 threads, one stream each, on the "
+    "default batched driver WAL. Recovery: {blocks} blocks of 10,000 100-byte records read "
+    "back by handle (the WAL-backed read path). The pipeline runs share one JVM: a warm-up "
+    "context, then per form WAL off, on, on, off, backpressure finding the sustained rate; "
+    "rows/s over the second half of each run, the mean of the two runs per mode; WAL MB/s is "
+    "rows/s times the bytes a row takes in a WAL record."
+)
+
+
+def render(data: dict[str, Any]) -> str:
+    """The ``wal`` section's body from a run's raw data."""
+    blocks = data.get("recovery", {}).get("blocks", "the")
+    return render_table(verdicts(data)) + "\n\n" + NOTES.format(blocks=blocks)
+
+
+SECTION = Section(
+    name="wal", module="bench.wal_bench", title="Write-ahead logs (issue 4)", render=render
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.wal_bench", description=__doc__.split("\n")[0]
+        prog="python -m bench.wal_bench", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--quick", action="store_true", help="short runs (smoke)")
     p.add_argument(
         "--pipeline-seconds", type=float, help="per run on local Spark (0: skip; 20, quick 8)"
     )
-    p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
-    p.add_argument("--no-write", action="store_true")
+    add_record_arguments(p)
     args = p.parse_args(argv)
     seconds = (
         args.pipeline_seconds if args.pipeline_seconds is not None else (8 if args.quick else 20)
     )
-    machine = Machine.detect()
-    when = dt.datetime.now(dt.UTC)
-    command = "python -m bench.wal_bench " + shlex.join(argv if argv is not None else sys.argv[1:])
-    results = run(args.quick, seconds)
-    table = render_table(verdicts(results))
-    print(table, flush=True)
-    save_raw("wal", when, results)
-    if not args.no_write:
-        body = "\n\n".join(
-            [
-                "## Write-ahead logs (issue 4)",
-                f"`{command}` — {when:%Y-%m-%d %H:%M} UTC\n\n{machine.to_markdown()}",
-                table,
-                "WAL and raw writes alternate in rounds of 8 records (one of 64 MiB) in one "
-                "directory of the same disk; both fsync every record. AddBlock: 16 threads, "
-                "one stream each, "
-                "on the default batched driver WAL. Recovery: 100 blocks of 10,000 "
-                "100-byte records read back by handle (the WAL-backed read path). The "
-                "pipeline runs share one JVM: a warm-up context, then per form WAL off, on, "
-                "on, off, backpressure finding the sustained rate; rows/s over the second "
-                "half of each run, the mean of the two runs per mode; WAL MB/s is rows/s "
-                "times the bytes a row takes in a WAL record.",
-            ]
-        )
-        write_benchmarks_md(args.output, {"wal": body})
-        print(f"wrote section 'wal' of {args.output}")
+    with Recording(SECTION, "python -m bench.wal_bench", argv, args) as rec:
+        results = run(args.quick, seconds)
+    print(render_table(verdicts(results)), flush=True)
+    rec.finish(results)
     return 0
 
 

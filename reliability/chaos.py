@@ -25,21 +25,22 @@ import json
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.record import Recording, Section, add_record_arguments
 from reliability import report
-from reliability.cluster import StandaloneCluster, spark_home
+from reliability.cluster import spark_home
 from reliability.driver import IngestDriver, spark_env
 from reliability.faults import KINDS, FaultEvent, FaultRunner
 from reliability.monitor import MemorySampler, Progress
-from reliability.redis_source import Group, Producer, RedisServer
+from reliability.redis_source import Producer
+from reliability.rig import Rig
 from reliability.sink import SinkWatch
 
 STREAM, GROUP = "chaos", "spark"
@@ -71,17 +72,14 @@ class ChaosSettings:
 
 def run(settings: ChaosSettings, root: Path, say: Any = print) -> dict[str, Any]:
     rng = random.Random(settings.seed)
-    cluster = StandaloneCluster(root / "cluster")
-    redis = group = producer = progress = memory = driver = None
-    out: dict[str, Any] = {"machine": report.machine(), "seed": settings.seed}
+    out: dict[str, Any] = {"seed": settings.seed}
     events: list[FaultEvent] = []
+    memory: MemorySampler | None = None
     started = time.monotonic()
-    try:
-        cluster.start()
-        redis = RedisServer(root / "redis")
-        group = Group(redis, STREAM, GROUP)
+    with Rig(root, STREAM, GROUP) as rig:
+        group = rig.group
         source = (
-            f"redis://127.0.0.1:{redis.port}/{STREAM}?group={GROUP}&batch={settings.read_batch}"
+            f"redis://127.0.0.1:{rig.redis.port}/{STREAM}?group={GROUP}&batch={settings.read_batch}"
         )
         plan = root / "fault-plan.json"
         conf = {
@@ -92,13 +90,15 @@ def run(settings: ChaosSettings, root: Path, say: Any = print) -> dict[str, Any]
         args = ["--source", source, "--sink", f"parquet:{root / 'out'}"]
         args += ["--checkpoint", str(root / "checkpoint"), "--wal"]
         args += ["--batch-interval", f"{settings.batch_ms}ms", "--unreachable-timeout", "1h"]
-        env = spark_env(spark_home(), cluster.root / "conf")
-        driver = IngestDriver(root / "driver", cluster.master_url, args, conf, env)
+        env = spark_env(spark_home(), rig.cluster.root / "conf")
+        driver = rig.keep_driver(
+            IngestDriver(root / "driver", rig.cluster.master_url, args, conf, env)
+        )
         driver.start()
         sink = SinkWatch(root / "out")
-        progress = Progress(group, sink)
-        memory = MemorySampler(driver.pids, cluster.executor_pids)
-        producer = Producer(redis, STREAM, settings.rate)
+        progress = rig.keep(Progress(group, sink))
+        memory = rig.keep(MemorySampler(driver.pids, rig.cluster.executor_pids))
+        producer = rig.keep(Producer(rig.redis, STREAM, settings.rate))
         producer.start()
         say(f"{_t(started)} driver started; producing {settings.rate:g} records/s")
         first = progress.wait(lambda s: s.acked > 0 and s.newest_batch_ms > 0, settings.startup_s)
@@ -107,8 +107,8 @@ def run(settings: ChaosSettings, root: Path, say: Any = print) -> dict[str, Any]
         say(f"{_t(started)} first records acknowledged and in the sink")
         runner = FaultRunner(
             driver=driver,
-            executors=cluster.executor_pids,
-            redis_port=redis.port,
+            executors=rig.cluster.executor_pids,
+            redis_port=rig.redis.port,
             group=group,
             progress=progress,
             plan_path=plan,
@@ -146,17 +146,6 @@ def run(settings: ChaosSettings, root: Path, say: Any = print) -> dict[str, Any]
         out["driver_exit"] = driver.stop_gracefully(180)
         say(f"{_t(started)} driver stopped (status {out['driver_exit']}); checking the sink")
         out.update(_check(settings, sink, group, sent, events))
-    finally:
-        for part in (producer, progress, memory):
-            if part is not None:
-                part.stop()
-        if driver is not None and driver.exited() is None:
-            driver.kill9()
-        if group is not None:
-            group.close()
-        if redis is not None:
-            redis.stop()
-        cluster.stop()
     out["seconds"] = round(time.monotonic() - started)
     out["faults"] = [
         {"kind": e.kind, "at_s": e.at_s, "detail": e.detail, "recovery_s": e.recovery_s,
@@ -169,6 +158,7 @@ def run(settings: ChaosSettings, root: Path, say: Any = print) -> dict[str, Any]
         "keeper": _mib(memory.keeper_peak if memory else 0),
     }
     out["ok"] = _ok(out, settings)
+    out["settings"] = asdict(settings)
     return out
 
 
@@ -272,13 +262,14 @@ def recovery_rows(out: dict[str, Any]) -> list[tuple[str, object]]:
     return rows
 
 
-def markdown(out: dict[str, Any], settings: ChaosSettings) -> str:
+def render(out: dict[str, Any]) -> str:
+    """The chaos section of RELIABILITY.md from a run's raw data."""
+    settings = _settings(out["settings"])
     counts = ", ".join(f"{k} {n}" for k, n in out.get("faults_done", {}).items())
     cuts = [f["acks_while_on"] for f in out["faults"] if f["acks_while_on"] is not None]
     errors = [f["error_reported"] for f in out["faults"] if f["error_reported"] is not None]
     rows: list[tuple[str, object]] = [
         ("result", "**OK**" if out["ok"] else "**FAILED**"),
-        ("machine", out["machine"]),
         ("cluster", "standalone: Master + 2 Workers (2 cores, 2g each), executors 2 x 2 cores"),
         (
             "source",
@@ -307,62 +298,74 @@ def markdown(out: dict[str, Any], settings: ChaosSettings) -> str:
         ("peak RSS driver (Python + JVM)", f"{out['peak_rss_mib']['driver']} MiB"),
         ("peak RSS executor (JVM + workers + keeper)", f"{out['peak_rss_mib']['executor']} MiB"),
         ("driver exit after Ctrl-C", out.get("driver_exit")),
-        ("command", f"`{out.get('command', 'make chaos')}`"),
     ]
     if out.get("stalled"):
         rows.append(("stalled", out["stalled"]))
-    return (
-        "## make chaos\n\n"
-        + report.table(rows, ("", ""))
-        + (
-            "\n\nRecovery: from the kill (or the end of a cut or disk fault) to the first moment "
-            "both new acknowledgements in Redis and a newer complete batch in the sink are seen."
-        )
+    return report.table(rows, ("", "")) + (
+        "\n\nRecovery: from the kill (or the end of a cut or disk fault) to the first moment "
+        "both new acknowledgements in Redis and a newer complete batch in the sink are seen."
     )
 
 
+def _settings(d: dict[str, Any]) -> ChaosSettings:
+    return ChaosSettings(**{**d, "counts": tuple((k, int(n)) for k, n in d["counts"])})
+
+
+SECTION = Section(
+    name="chaos", module="reliability.chaos", title="make chaos", render=render,
+    file="RELIABILITY.md",
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--duration", type=float, default=600.0, help="seconds of faults (600)")
-    p.add_argument("--rate", type=float, default=20_000.0, help="records/s offered (20000)")
-    p.add_argument("--workers", type=int, default=20, help="kill -9 of the receiver's worker")
-    p.add_argument("--executors", type=int, default=5, help="kill -9 of an executor JVM")
-    p.add_argument("--drivers", type=int, default=5, help="kill -9 of the driver")
-    p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--partition-s", type=float, default=30.0)
-    p.add_argument("--disk-faults", type=int, default=1, help="ENOSPC windows, and as many EIO")
-    p.add_argument("--disk-fault-s", type=float, default=20.0)
+    p = argparse.ArgumentParser(prog="scripts/chaos.py", description=(__doc__ or "").split("\n")[0])
+    p.add_argument(
+        "--quick", action="store_true",
+        help="smoke: 45 s of faults at 2,000 records/s, every kind once (the worker twice)",
+    )  # fmt: skip
+    p.add_argument("--duration", type=float, help="seconds of faults (600; quick 45)")
+    p.add_argument("--rate", type=float, help="records/s offered (20000; quick 2000)")
+    p.add_argument("--workers", type=int, help="kill -9 of the receiver's worker (20; quick 2)")
+    p.add_argument("--executors", type=int, help="kill -9 of an executor JVM (5; quick 1)")
+    p.add_argument("--drivers", type=int, help="kill -9 of the driver (5; quick 1)")
+    p.add_argument("--partitions", type=int, help="cut-off windows (1)")
+    p.add_argument("--partition-s", type=float, help="seconds cut off (30; quick 8)")
+    p.add_argument("--disk-faults", type=int, help="ENOSPC windows, and as many EIO (1)")
+    p.add_argument("--disk-fault-s", type=float, help="seconds of each (20; quick 5)")
     p.add_argument("--read-batch", type=int, default=5000, help="XREADGROUP COUNT")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--record", action="store_true", help="write the summary into RELIABILITY.md")
+    p.add_argument("--record", action="store_true", help="write the section of RELIABILITY.md")
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
     p.add_argument("--json", action="store_true", help="last line: the JSON summary")
+    add_record_arguments(p, "RELIABILITY.md")
     a = p.parse_args(argv)
+    a.no_write = a.no_write or not a.record
+
+    def pick(given: float | None, full: float, quick: float) -> Any:
+        return given if given is not None else (quick if a.quick else full)
+
+    disk = pick(a.disk_faults, 1, 1)
     settings = ChaosSettings(
-        duration_s=a.duration,
-        rate=a.rate,
-        counts=(("worker", a.workers), ("executor", a.executors), ("driver", a.drivers),
-                ("partition", a.partitions), ("enospc", a.disk_faults), ("eio", a.disk_faults)),
-        partition_s=a.partition_s,
-        disk_fault_s=a.disk_fault_s,
+        duration_s=pick(a.duration, 600.0, 45.0),
+        rate=pick(a.rate, 20_000.0, 2_000.0),
+        counts=(("worker", pick(a.workers, 20, 2)), ("executor", pick(a.executors, 5, 1)),
+                ("driver", pick(a.drivers, 5, 1)), ("partition", pick(a.partitions, 1, 1)),
+                ("enospc", disk), ("eio", disk)),
+        partition_s=pick(a.partition_s, 30.0, 8.0),
+        disk_fault_s=pick(a.disk_fault_s, 20.0, 5.0),
         read_batch=a.read_batch,
         seed=a.seed if a.seed is not None else random.randrange(1 << 30),
     )  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="spark-receivers-chaos-"))
     print(f"chaos run in {root} (seed {settings.seed})", flush=True)
     try:
-        out = run(settings, root, say=lambda s: print(s, flush=True))
-        out["command"] = " ".join(
-            ["scripts/chaos.py", *(argv if argv is not None else sys.argv[1:])]
-        )
+        with Recording(SECTION, "python scripts/chaos.py", argv, a) as rec:
+            out = run(settings, root, say=lambda s: print(s, flush=True))
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
-    text = markdown(out, settings)
-    print(text, flush=True)
-    if a.record:
-        report.write_section("chaos", text)
-        print(f"wrote {report.RELIABILITY_MD}", flush=True)
+    print(render(out), flush=True)
+    rec.finish(out)
     if a.json:
         print(json.dumps(out, default=str), flush=True)
     return 0 if out["ok"] else 1

@@ -3,9 +3,10 @@
 Kill -9 of receivers, executors and the driver, a cut receiver and a failing WAL disk; the
 sink checked against the Redis stream itself.
 
-See reliability/chaos.py (``--help`` for the knobs). ``--record`` writes the summary into
-RELIABILITY.md. Exit status 0 only when nothing acknowledged was lost, every record sent
-was acknowledged by the end and every duplicate followed a crash.
+See reliability/chaos.py (``--help`` for the knobs, ``--quick`` for a smoke run).
+``--record`` writes the chaos section of RELIABILITY.md and its raw file in bench/results/.
+Exit status 0 only when nothing acknowledged was lost, every record sent was acknowledged
+by the end and every duplicate followed a crash.
 """
 
 import sys

@@ -1,7 +1,8 @@
-"""``make soak``: the word count at half its capacity for 30 minutes; memory, disk, files flat.
+"""``make soak``: the word count at half its capacity for two hours; no leak in its second hour.
 
-See reliability/soak.py (``--help`` for the knobs). ``--record`` writes the plot
-(docs/img/soak.png) and the summary into RELIABILITY.md and BENCHMARKS.md.
+See reliability/soak.py (``--help`` for the knobs, ``--quick`` for a smoke run). ``--record``
+writes the soak's section of RELIABILITY.md, its raw file in bench/results/ and the plot
+(docs/img/soak.png).
 """
 
 import sys

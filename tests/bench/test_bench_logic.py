@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,27 +13,14 @@ import pytest
 # bench/ is a top-level directory of the repository, not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.harness import Machine, StepResult, render_steps_table
+from bench.harness import StepResult, render_steps_table
 from bench.receivers import wal_status
-from bench.run import section_argv, throughput_notes
-from bench.store_bench import (
-    RECORD_BYTES,
-    FormResult,
-    floor_rate,
-    make_records,
-    render_store_section,
-)
-from bench.tracker_bench import (
-    TrackerResult,
-    cpu_seconds,
-    percentile,
-    render_tracker_section,
-    schedule,
-    summarize,
-)
-
-MACHINE = Machine(2, "test cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
-WHEN = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+from bench.run import section_argv
+from bench.store_bench import RECORD_BYTES, FormResult, floor_rate, make_records
+from bench.store_bench import render as render_store
+from bench.throughput import throughput_notes
+from bench.tracker_bench import TrackerResult, cpu_seconds, percentile, schedule, summarize
+from bench.tracker_bench import render as render_tracker
 
 
 def step(system: str, **extra: object) -> StepResult:
@@ -98,29 +85,30 @@ def test_pipeline_table_renders_missing_values_as_dashes():
 # -- run.py --------------------------------------------------------------------------------------
 
 
-def test_section_argv_is_bounded_and_passes_output():
-    assert section_argv("store", quick=True, output="X.md", no_write=False) == [
-        "--seconds", "1", "--pipeline-seconds", "10", "--output", "X.md",
+def test_section_argv_passes_quick_repeats_and_outputs_and_the_ladder_options():
+    assert section_argv("store", quick=True, output="X.md") == ["--quick", "--output", "X.md"]
+    # --repeats goes to the sections that repeat, and only to them.
+    assert section_argv("tracker", repeats=5, no_write=True) == [
+        "--repeats", "5", "--no-write",
     ]  # fmt: skip
-    full = section_argv("tracker", quick=False, output="X.md", no_write=True)
-    assert full[full.index("--seconds") + 1] == "20" and full[-1] == "--no-write"
+    assert section_argv("wal", repeats=5, results_dir="r") == ["--results-dir", "r"]
+    ladder = {"systems": "dstream", "seconds": 10.0, "lowest": None}
+    assert section_argv("throughput", ladder=ladder) == [
+        "--systems", "dstream", "--seconds", "10.0",
+    ]  # fmt: skip
+    assert section_argv("store", ladder=ladder) == []  # the ladder's options are its own
     with pytest.raises(ValueError, match="must be one of"):
-        section_argv("throughput", quick=True, output="X.md", no_write=False)
-    assert section_argv("wal", quick=True, output="X.md", no_write=True) == [
-        "--quick", "--output", "X.md", "--no-write",
-    ]  # fmt: skip
+        section_argv("nonsense")
 
 
-def test_throughput_notes_carry_load_and_wal_verdict():
+def test_throughput_notes_carry_load_and_wal_verdict_of_every_run():
     report = {"driver_wal": False, "blocks": 1, "blocks_with_wal_handle": 0}
     steps = [
         step("dstream", load_1m=3.5),
         step("spark_receivers_wal", load_1m=9.25, wal={**report, "checkpoint_bytes": 0}),
     ]
-    notes = throughput_notes(steps)
-    assert "3.5-9.2" in notes and "NOT in effect" in notes
-    assert "at the end of the run" not in notes  # unknown: not made up from the current load
-    assert "at the end of the run it was 1.00, 2.00, 3.00)" in throughput_notes(steps, (1, 2, 3))
+    notes = throughput_notes([steps, [step("dstream", load_1m=1.0)]])
+    assert "1.0-9.2" in notes and "NOT in effect" in notes and "run 1:" in notes
     assert "| 9.2 |" in render_steps_table(steps) or "| 9.3 |" in render_steps_table(steps)
 
 
@@ -149,7 +137,7 @@ def test_store_section_marks_missed_targets_and_ratio():
         FormResult("one", 1_000_000, 1.0, 2.0, 10, floor=1e6),
         FormResult("arrow", 40_000_000, 1.0, 1.0, 9, floor=1e6),
     ]
-    text = render_store_section(results, machine=MACHINE, command="c", when=WHEN)
+    text = render_store({"results": [asdict(r) for r in results], "pipeline": []})
     one = next(line for line in text.splitlines() if line.startswith("| one "))
     arrow = next(line for line in text.splitlines() if line.startswith("| arrow "))
     assert "500,000" in one and "| 1,000,000 | 0.50 | 0.26 | yes |" in one  # ratio met
@@ -193,10 +181,9 @@ def test_summarize_merges_client_reports():
     assert r.completed_rate == 1.5 and r.offered_rate == 20.0
     assert r.driver_cpu_pct == 50.0 and r.clients_cpu_pct == 50.0
     assert r.first_error == "RpcError: x"
-    text = render_tracker_section([r], machine=MACHINE, command="c", when=WHEN)
+    text = render_tracker({"target_per_s": 5000, "runs": [{**asdict(r), "repeat": 1}]})
     # 1.5 blocks/s accepted in 1 call/s (1.5 blocks per call); far below the 5,000/s target.
-    assert "| 4 x 5 | 20 | 2 | **no** | 2 | 1 | 1.5 | 1 |" in text and "RpcError: x" in text
-    assert "through the real endpoint" in text
+    assert "| 1 | 4 x 5 | 20 | 2 | **no** | 2 | 1 | 1.5 | 1 |" in text and "RpcError: x" in text
 
 
 def test_the_tracker_target_needs_the_rate_and_keeping_up_with_the_offer():
@@ -326,11 +313,11 @@ def test_wal_bench_verdicts_compare_with_the_targets():
 
 
 def test_latency_bench_percentiles_and_verdict_rendering():
-    from bench.latency_bench import percentile, render
+    from bench.latency_bench import percentile, render_table
 
     assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 0.5) == 3.0
     assert percentile(list(range(100)), 0.99) == 99
-    table = render(
+    table = render_table(
         {"batches": 10, "p50_ms": 40.0, "p99_ms": 90.0},
         [{"batch_ms": 500, "block_ms": 100, "records": 9000, "p50_ms": 950.0, "p99_ms": 1300.0,
           "target_ms": 900, "met": False}],
@@ -342,7 +329,7 @@ def test_latency_bench_percentiles_and_verdict_rendering():
 
 
 def test_generated_notes_hold_only_what_the_run_measured():
-    notes = throughput_notes([step("dstream", load_1m=1.0)])
+    notes = throughput_notes([[step("dstream", load_1m=1.0)]])
     assert "hand-written" not in notes and "kept across runs" not in notes
 
 
@@ -360,7 +347,7 @@ def test_steady_from_is_the_time_after_which_every_delay_stays_under_the_interva
 
 
 def test_repeated_actions_section_compares_first_and_second_and_judges_the_empty_batch():
-    from bench.repeated_actions import render_repeated_section
+    from bench.repeated_actions import render
 
     cases = [
         {"rate": 100, "cache": True, "batches": 5, "lines_p50": 100.0, "first_p50_ms": 400.0,
@@ -369,7 +356,7 @@ def test_repeated_actions_section_compares_first_and_second_and_judges_the_empty
         {"rate": 0, "cache": True, "batches": 9, "first_p50_ms": 30.0, "second_p50_ms": 0.0,
          "count_p50_ms": 20.0, "batch_p50_ms": 120.0, "batch_p99_ms": 150.0},
     ]  # fmt: skip
-    text = render_repeated_section(cases, machine=MACHINE, command="c", when=WHEN)
+    text = render(cases)
     row = "| on | 100 | 5 | 100 | 400 ms | 100 ms | 0.25 | 80 ms | 1.25 | 40 ms | 560 ms / 700 ms |"
     assert row in text
     assert "| on | 9 | 120 ms | 150 ms | **no** |" in text
@@ -428,14 +415,14 @@ def test_query_floor_counts_a_rung_only_when_the_query_leaves_room_in_time_and_c
 
 
 def test_query_floor_section_takes_the_faster_form_and_gives_bounds_from_its_rungs():
-    from bench.query_floor import render_floor_section
+    from bench.query_floor import render
 
     rungs = [
         _floor_rung(500_000, 450.0, 0.8),
         _floor_rung(1_000_000, 850.0, 2.4),  # in time, but more CPU than 2 cores have
         _floor_rung(2_000_000, 1_300.0, 2.6),
     ]
-    text = render_floor_section(rungs, machine=MACHINE, command="c", when=WHEN)
+    text = render({"cores": 2.0, "runs": 7, "rungs": rungs})
     assert "| 500,000 | wordcount | 450 / 440 | 500 / 490 | 1.90 | 0.80 | yes |" in text
     assert "| 500,000 | two_action | 550 / 540 | 510 / 500 | 1.90 | 0.80 | yes |" in text
     assert "| 1,000,000 | wordcount |" in text and text.count("| no |") == 4
@@ -447,8 +434,9 @@ def test_query_floor_counts_a_rung_that_either_form_fits():
 
     rung = _floor_rung(1_000_000, 800.0, 2.1)  # the cache: faster, but over the CPU
     rung["wordcount/checkpoint"]["core_s"] = 1.8  # Spark's own rows: slower, within it
-    assert best(rung, "wordcount")["p50_ms"] == 850.0 and fits(best(rung, "wordcount"))
-    assert not fits(best(rung, "two_action"))
+    wc, two = best(rung, "wordcount", cores=2.0), best(rung, "two_action", cores=2.0)
+    assert wc["p50_ms"] == 850.0 and fits(wc, cores=2.0)
+    assert not fits(two, cores=2.0)
 
 
 def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit():
@@ -461,15 +449,3 @@ def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit
     ]
     assert lowest_failing(rungs) == {"wordcount": 1_000_000, "two_action": 1_000_000}
     assert lowest_failing(rungs[:1]) == {}
-
-
-def test_save_raw_names_the_file_by_benchmark_and_time_and_keeps_the_data(tmp_path):
-    import json
-
-    from bench.harness import RAW_DIR, save_raw
-    from bench.step import REPO_ROOT
-
-    path = save_raw("floor", WHEN, {"rungs": [1, 2]}, raw_dir=tmp_path / "out")
-    assert path == tmp_path / "out" / "floor-20260101T000000Z.json"
-    assert json.loads(path.read_text()) == {"rungs": [1, 2]}
-    assert RAW_DIR == REPO_ROOT / "bench" / "out"  # where bench/out/logs lives too

@@ -11,6 +11,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import itertools
 
+from bench.capacity import (
+    Capacity,
+    Target,
+    capacities,
+    judge_targets,
+    over_runs,
+    ratio_bounds,
+    render_ratios,
+)
 from bench.child import BatchRecorder
 from bench.harness import (
     SESSION_OVERHEAD_S,
@@ -20,16 +29,7 @@ from bench.harness import (
     delay_slope,
     summarize_step,
 )
-from bench.ladder import (
-    Capacity,
-    Target,
-    capacities,
-    judge_targets,
-    ratio_bounds,
-    render_ratios,
-    run_ladder,
-    rung_grid,
-)
+from bench.ladder import run_ladder, rung_grid
 
 RATE = 1_000  # lines/s; one line sent every millisecond from t = 0
 
@@ -223,10 +223,11 @@ def test_capacities_and_ratios_are_bounds_from_held_and_failed_rungs():
     assert caps["top"].hi is None and caps["top"].label() == "[900, not reached)"
     assert ratio_bounds(caps["ours"], caps["peer"]) == (400 / 125, 500 / 100)
     assert ratio_bounds(caps["top"], caps["peer"])[1] == float("inf")
-    table = render_ratios(list(caps.values()))
+    one_run = over_runs([list(caps.values())])
+    table = render_ratios(one_run)
     assert "| ours | 1 | [3.20x, 5.00x] |" in table
     verdicts = judge_targets(
-        list(caps.values()),
+        one_run,
         [
             Target("wordcount", "ours", "peer", 3.0),  # 3.2 >= 3: met
             Target("wordcount", "ours", "peer", 5.0),  # straddles
@@ -235,19 +236,23 @@ def test_capacities_and_ratios_are_bounds_from_held_and_failed_rungs():
         ],
     )
     lines = verdicts.splitlines()
-    assert lines[2].endswith("| met |")
+    assert lines[2].endswith("| met in every run (1 of 1) |")
     assert "undecided" in lines[3]
     assert "**not met**" in lines[4]
     assert "not measured" in lines[5]
 
 
 def test_a_target_whose_rung_spark_alone_cannot_fit_is_marked_out_of_reach():
-    caps = [
-        Capacity("ours", "wordcount", 540_000, 675_000),
-        Capacity("peer", "wordcount", 222_000, 277_000),
-        Capacity("ours", "two_action", 432_000, 540_000),
-        Capacity("peer", "two_action", 178_000, 222_000),
-    ]
+    caps = over_runs(
+        [
+            [
+                Capacity("ours", "wordcount", 540_000, 675_000),
+                Capacity("peer", "wordcount", 222_000, 277_000),
+                Capacity("ours", "two_action", 432_000, 540_000),
+                Capacity("peer", "two_action", 178_000, 222_000),
+            ]
+        ]
+    )
     targets = [
         Target("wordcount", "ours", "peer", 5.0),  # needs 1,385,000 held
         Target("two_action", "ours", "peer", 3.0),  # needs 666,000 held
@@ -255,13 +260,11 @@ def test_a_target_whose_rung_spark_alone_cannot_fit_is_marked_out_of_reach():
     ]
     floor = {"wordcount": 1_310_000, "two_action": 1_310_000}
     rows = judge_targets(caps, targets, floor).splitlines()[2:]
-    assert (
-        "**not met**; out of reach on this machine: it needs a rung of at least 1,385,000"
-        in rows[0]
-    )
+    assert "**not met**: met in 0 of 1 runs, missed in 1; out of reach on this machine" in rows[0]
+    assert "needs a rung of at least 1,385,000" in rows[0]
     assert "does not fit a batch of 1,310,000 (query_floor)" in rows[0]
     assert "out of reach" not in rows[1]  # 666,000 < 1,310,000: the floor does not settle it
-    assert rows[2].endswith("| met |")
+    assert rows[2].endswith("| met in every run (1 of 1) |")
     assert "out of reach" not in judge_targets(caps, targets)  # no floor measured: no remark
     # 1,385,000 itself is no rung: the lowest rung that would meet the target is 1,630,000.
     grid = rung_grid(10_000, 2_000_000)
@@ -320,65 +323,34 @@ def test_a_session_that_cannot_afford_a_step_is_skipped_and_listed(monkeypatch):
     assert capacities(result.steps) == []
 
 
-def test_the_section_can_be_rewritten_from_a_raw_run(tmp_path):
-    import json
-    from dataclasses import asdict
-
-    from bench.harness import Machine
-    from bench.run import rewrite_from_raw
-
-    machine = Machine(2, "cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
-    steps = [StepResult("dstream", "wordcount", 10_000, 15.0, 150_000, 150_000, sustained=True)]
-    raw = tmp_path / "throughput.json"
-    raw.write_text(
-        json.dumps(
-            {
-                "command": "python -m bench.run",
-                "machine": asdict(machine),
-                "steps": [s.to_dict() for s in steps],
-                "skipped": [["dstream", "wordcount", 25_000]],
-                "when": "2026-11-23T12:00:00+00:00",
-                "rates": [10_000, 25_000],
-                "elapsed_s": 90.0,
-            }
-        )
-    )
-    out = tmp_path / "BENCHMARKS.md"
-    assert rewrite_from_raw(raw, str(out)) == 0
-    text = out.read_text()
-    assert "Run 2026-11-23 12:00 UTC in 1.5 min" in text
-    assert "| dstream | wordcount | 10,000 | not reached |" in text
-    assert "dstream/wordcount@25,000" in text
-    raw.write_text(json.dumps({"steps": []}))
-    assert rewrite_from_raw(raw, str(out)) == 2
-
-
-def test_the_readme_paragraph_is_derived_from_the_run_only():
+def test_the_readme_paragraph_is_derived_from_the_runs_only():
     import datetime as dt
 
-    from bench.harness import Machine
-    from bench.ladder import render_readme_paragraph
+    from bench.capacity import render_readme_paragraph
 
     def step(system: str, pipeline: str, rate: int, ok: bool) -> StepResult:
         return StepResult(system, pipeline, rate, 10.0, 1, 1, sustained=ok)
 
-    caps = capacities(
+    runs = [
         [
-            step("spark_receivers", "two_action", 346_000, True),
-            step("spark_receivers", "two_action", 432_000, False),
+            step("spark_receivers", "two_action", lo, True),
+            step("spark_receivers", "two_action", hi, False),
             step("dstream", "two_action", 92_100, True),
             step("dstream", "two_action", 115_000, False),
         ]
-    )
-    machine = Machine(2, "cpu", 4.0, "java 17", "4.3.0", "3.11", "linux", (1.0, 2.0, 3.0))
+        for lo, hi in ((346_000, 432_000), (432_000, 540_000), (346_000, 432_000))
+    ]
     text = render_readme_paragraph(
-        caps,
+        over_runs([capacities(r) for r in runs]),
         [Target("two_action", "spark_receivers", "dstream", 3.0),
          Target("wordcount", "spark_receivers", "dstream", 5.0)],
-        machine=machine,
+        cores=2,
+        cpu_model="cpu",
         when=dt.datetime(2026, 11, 24, tzinfo=dt.UTC),
     )  # fmt: skip
-    assert "Two-action word count: spark-receivers [346,000, 432,000)" in text
-    assert "DStream [92,100, 115,000): [3.01x, 4.69x] DStream's capacity" in text
-    assert "≥ 3x — met" in text and "≥ 5x — not measured in this run" in text
+    assert "in 3 runs of the ladder" in text
+    assert "Two-action word count: spark-receivers [346,000, 432,000)" in text  # the median
+    assert "DStream [92,100, 115,000): [3.01x, 5.86x] DStream's capacity" in text
+    assert "≥ 3x — met in every run (3 of 3)" in text
+    assert "≥ 5x — not measured in this run" in text
     assert "One-action" not in text  # nothing that run did not measure
