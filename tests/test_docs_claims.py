@@ -24,6 +24,7 @@ import dataclasses
 import io
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,16 @@ PATH = re.compile(rf"(?<![\w/.<$-])((?:{TOP}|{PACKAGE})/[\w./*-]*[\w*/])(?:::(\w
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def is_scratch(path: str) -> bool:
+    """True for a path git ignores on purpose (``bench/out/``: made by runs, never committed)."""
+    done = subprocess.run(
+        ["git", "check-ignore", "-q", "--no-index", path.rstrip("/") + "/"],
+        cwd=ROOT,
+        check=False,
+    )
+    return done.returncode == 0
+
+
 def cited(doc: str) -> list[tuple[int, str, bool]]:
     """(line, what, exists) of every path, test and relative link ``doc`` names."""
     text = (ROOT / doc).read_text()
@@ -113,7 +124,7 @@ def cited(doc: str) -> list[tuple[int, str, bool]]:
         if path.startswith("docs/decisions/") and not path.endswith((".md", "/")):
             options = [f"{path}-*.md"]  # docs/decisions/0006
         exists = any(list(ROOT.glob(option.rstrip("/"))) for option in options)
-        found.append((line, path, exists))
+        found.append((line, path, exists or is_scratch(path)))
     for m in LINK.finditer(text):
         target = m.group(1).split("#")[0]
         if target and not re.match(r"\w+:", target):
