@@ -64,6 +64,7 @@ from pathlib import Path
 from bench import (
     backpressure,
     cold_start,
+    cpu_breakdown,
     latency_bench,
     observability,
     query_floor,
@@ -126,6 +127,7 @@ SECTIONS = (
     "cold_start",
     "repeated_actions",
     "query_floor",
+    "cpu_breakdown",
     "throughput",
 )
 BEFORE_LADDER = {
@@ -139,6 +141,7 @@ BEFORE_LADDER = {
     "repeated_actions": repeated_actions,
     "query_floor": query_floor,  # issue 20: what Spark alone needs for the batch query
     "observability": observability,  # issue 21: metrics + status page on vs off
+    "cpu_breakdown": cpu_breakdown,  # issue 31: CPU per process and stage, flame graphs
 }
 FULL_GRID = rung_grid(10_000, 4_000_000)
 """10,000 to 4 M lines/s (400 MB/s on loopback), 1.25x apart: the line count of
