@@ -23,9 +23,10 @@ other Python task workers (ours: the data source's read tasks; DStream's: its Py
 Inside the JVM, Java Flight Recorder (``jcmd <pid> JFR.start``, the JDK's ``jfr print``)
 samples the Java threads over the same window; each sample's stage is its innermost frame
 that a rule of :data:`JVM_STAGES` names. Inside our Python processes py-spy samples the
-receiver's task, the keeper, the read workers and the driver (``--nonblocking``: the
-targets are not paused). Flame graphs (SVG, frames under 0.5 % left out) go to
-``bench/results/cpu-<tag>-<system>-<pipeline>-<process>.svg``.
+receiver's task, the keeper, the read workers and the driver (idle threads left out: a
+thread blocked in ``recv`` or on a lock is not working; py-spy pauses a target for each
+sample to tell, which ``--nonblocking`` would not). Flame graphs (SVG, frames under 1 % of
+the samples left out) go to ``bench/results/cpu-<tag>-<system>-<pipeline>-<process>.svg``.
 
 Spark alone (``query_floor``'s method, CPU from ``/proc`` instead of the machine's busy
 cores): the pipeline's query on a batch of the same size already cached in Spark
@@ -62,7 +63,13 @@ from bench.step import REPO_ROOT, run_child_session
 
 __all__ = ["JVM_STAGES", "Breakdown", "main", "render_section", "run_breakdown"]
 
-SYSTEMS = {"spark_receivers": "bench.receivers", "dstream": "bench.peers"}
+SYSTEMS = {
+    "spark_receivers": "bench.receivers",
+    "dstream": "bench.peers",
+    "spark_receivers_nocache": "bench.receivers",  # batch cache off (not in the default run)
+    "spark_receivers_wal": "bench.receivers",  # receiver WAL on (not in the default run)
+}
+DEFAULT_SYSTEMS = ("spark_receivers", "dstream")
 PIPELINES = ("ingest", "wordcount")
 DEFAULT_RATE = 150_000
 DEFAULT_SECONDS = 30.0
@@ -73,7 +80,7 @@ SETTLE_S = 8.0
 SPARK_ALONE_RUNS = 8
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 SPARK_ALONE_PREFIX = "SPARK_ALONE "
-PYSPY_RATE = 67  # samples/s per process: a few % of a core for py-spy, nothing in the target
+PYSPY_RATE = 67  # samples/s per process: a few % of a core for py-spy, little in the target
 
 JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -142,6 +149,7 @@ JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 """A JVM sample's stage is its innermost frame that one of these patterns is in."""
 
+WAITING = "waiting (locks, events, sleeps)"
 PY_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("socket recv", ("recv (",)),
     ("lines → Arrow (split, UTF-8 check)", ("_split_lines", "split_pattern", "cast (")),
@@ -160,7 +168,7 @@ PY_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("read (block_source", "conform", "to_batches"),
     ),
     ("PySpark worker I/O", ("pyspark/worker", "serializers", "worker.py")),
-    ("waiting (locks, events, sleeps)", ("wait (threading", "_wait_for_tstate_lock", "sleep")),
+    (WAITING, ("wait (threading", "_wait_for_tstate_lock", "sleep", "get (queue")),
 )
 """A Python sample's stage (py-spy frames read ``function (file:line)``)."""
 
@@ -264,7 +272,7 @@ class _Profilers:
         for name, (pid, subprocesses) in python.items():
             out = self.workdir / f"{name}.txt"
             cmd = [str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)),
-                   "--rate", str(PYSPY_RATE), "--nonblocking", "--format", "raw",
+                   "--rate", str(PYSPY_RATE), "--format", "raw",
                    "--output", str(out)]  # fmt: skip
             if subprocesses:
                 cmd.append("--subprocesses")
@@ -379,7 +387,7 @@ def _read_profiles(
         if not stacks:
             return
         path = RESULTS_DIR / f"{stem}-{name}.svg"
-        path.write_text(flame.render_svg(stacks, title))
+        path.write_text(flame.render_svg(stacks, title, min_share=0.01))
         b.graphs.append(str(path.relative_to(REPO_ROOT)))
 
     if jfr is not None:
@@ -398,7 +406,10 @@ def _read_profiles(
             with open(path) as f:
                 groups[name] = [(tuple(fr), n) for fr, n in parse_collapsed(f)]
     for name, stacks in groups.items():
-        b.py_stages[name] = flame.stage_shares(stacks, PY_STAGES)
+        # A thread waiting on a lock or an event is not working (py-spy's idle filter lets
+        # Python-level waits through): its samples are left out of the shares.
+        working = [(fr, n) for fr, n in stacks if flame.stage_of(fr, PY_STAGES) != WAITING]
+        b.py_stages[name] = flame.stage_shares(working, PY_STAGES)
         b.py_top[name] = flame.top_frames(stacks, 8)
         graph(name, stacks, f"{b.system} {b.pipeline} at {b.rate:,}/s: {name} (py-spy)")
 
@@ -568,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help=f"{QUICK_RATE:,}/s, {QUICK_SECONDS} s")
     p.add_argument("--rate", type=int, help=f"lines/s (default {DEFAULT_RATE:,})")
     p.add_argument("--seconds", type=float, help=f"per session (default {DEFAULT_SECONDS})")
-    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
     p.add_argument("--pipelines", default=",".join(PIPELINES), help="ingest,wordcount,two_action")
     p.add_argument("--no-profile", action="store_true", help="CPU per process only")
     p.add_argument("--tag", default="latest", help="names the flame graphs (before, after...)")
