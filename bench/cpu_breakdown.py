@@ -23,10 +23,14 @@ other Python task workers (ours: the data source's read tasks; DStream's: its Py
 Inside the JVM, Java Flight Recorder (``jcmd <pid> JFR.start``, the JDK's ``jfr print``)
 samples the Java threads over the same window; each sample's stage is its innermost frame
 that a rule of :data:`JVM_STAGES` names. Inside our Python processes py-spy samples the
-receiver's task, the keeper, the read workers and the driver (idle threads left out: a
-thread blocked in ``recv`` or on a lock is not working; py-spy pauses a target for each
-sample to tell, which ``--nonblocking`` would not). Flame graphs (SVG, frames under 1 % of
-the samples left out) go to ``bench/results/cpu-<tag>-<system>-<pipeline>-<process>.svg``.
+receiver's task, the keeper, the read workers and the driver. py-spy is meant to leave
+idle threads out, but on the machines of 2026-11-25 it did not (threads blocked in
+``recv`` or a socket read were sampled as working), so a Python graph shows where threads
+are, not only where CPU goes; the stage shares leave out Python-level waits (locks,
+events, queues), and ``--gil`` samples only the thread holding the GIL (Python code's CPU,
+without native work done outside the GIL: ``recv``, Arrow kernels, gRPC). ``/proc`` gives
+each process's CPU. Flame graphs (SVG, frames under 1 % of the samples left out) go to
+``bench/results/cpu-<tag>-<system>-<pipeline>-<process>.svg``.
 
 Spark alone (``query_floor``'s method, CPU from ``/proc`` instead of the machine's busy
 cores): the pipeline's query on a batch of the same size already cached in Spark
@@ -252,8 +256,9 @@ def _find_child(module: str, system: str, timeout_s: float) -> tuple[int, int] |
 class _Profilers:
     """JFR in the JVM and py-spy on chosen Python processes, over one window."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, gil: bool = False) -> None:
         self.workdir = workdir
+        self.gil = gil
         self.jvm: int | None = None
         self.spies: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
 
@@ -276,6 +281,8 @@ class _Profilers:
                    "--output", str(out)]  # fmt: skip
             if subprocesses:
                 cmd.append("--subprocesses")
+            if self.gil:
+                cmd.append("--gil")
             self.spies[name] = (
                 subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
                 out,
@@ -325,7 +332,13 @@ def _split_by_process(path: Path) -> dict[int, list[flame.Stack]]:
 
 
 def _monitor(
-    b: Breakdown, module: str, seconds: float, profile: bool, tag: str, cpu: CpuSampler
+    b: Breakdown,
+    module: str,
+    seconds: float,
+    profile: bool,
+    tag: str,
+    cpu: CpuSampler,
+    gil: bool = False,
 ) -> None:
     """Find the child, sample its tree over the window, profile it; fill ``b``."""
     found = _find_child(module, b.system, 120)
@@ -343,7 +356,7 @@ def _monitor(
         time.sleep(max(0.0, start - time.monotonic()))
         start = tree.mark()
         workdir = Path(tempfile.mkdtemp(prefix="cpu31-"))
-        profilers = _Profilers(workdir)
+        profilers = _Profilers(workdir, gil)
         targets: dict[str, tuple[int, bool]] = {}
         if profile:
             jvms = tree.pids_of(proc_cpu.JVM)
@@ -415,14 +428,21 @@ def _read_profiles(
 
 
 def run_breakdown(
-    system: str, pipeline: str, rate: int, seconds: float, *, profile: bool, tag: str
+    system: str,
+    pipeline: str,
+    rate: int,
+    seconds: float,
+    *,
+    profile: bool,
+    tag: str,
+    gil: bool = False,
 ) -> Breakdown:
     """One session of ``system`` at ``rate`` for ``seconds``, measured and profiled."""
     module = SYSTEMS[system]
     b = Breakdown(system, pipeline, rate)
     with CpuSampler() as cpu:
         monitor = threading.Thread(
-            target=_monitor, args=(b, module, seconds, profile, tag, cpu), daemon=True
+            target=_monitor, args=(b, module, seconds, profile, tag, cpu, gil), daemon=True
         )
         monitor.start()
         session = run_child_session(system, module, [rate], seconds, pipeline=pipeline)
@@ -582,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
     p.add_argument("--pipelines", default=",".join(PIPELINES), help="ingest,wordcount,two_action")
     p.add_argument("--no-profile", action="store_true", help="CPU per process only")
+    p.add_argument("--gil", action="store_true", help="py-spy samples only the GIL's holder")
     p.add_argument("--tag", default="latest", help="names the flame graphs (before, after...)")
     p.add_argument("--output", default=str(REPO_ROOT / "BENCHMARKS.md"))
     p.add_argument("--no-write", action="store_true")
@@ -609,7 +630,13 @@ def main(argv: list[str] | None = None) -> int:
     for pipeline in pipelines:
         for system in systems:
             b = run_breakdown(
-                system, pipeline, rate, seconds, profile=not args.no_profile, tag=args.tag
+                system,
+                pipeline,
+                rate,
+                seconds,
+                profile=not args.no_profile,
+                tag=args.tag,
+                gil=args.gil,
             )
             if pipeline not in alone:
                 alone[pipeline] = run_spark_alone(pipeline, rate)
