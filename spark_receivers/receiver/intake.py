@@ -14,8 +14,8 @@ since the generator's limiter does not see it) and gives it to the
 answer when ``reliable``.
 
 One string record of the default schema is the hot path: :attr:`Intake.add_text` is the
-generator's own ``add_data`` (a list append under a lock), lent without a wrapper, since one
-more Python call per record would cost a sixth of ``store(one)``.
+generator's own ``add_data`` (a list append under a lock), lent without a wrapper: one more
+Python call per record would slow ``store(one)`` down, whose whole cost is a few calls.
 
 Threads: every method runs on the receiver's storing threads; ``update_rate`` on the block
 server's (the driver's ``UpdateRateLimit``).
