@@ -105,7 +105,7 @@ def store_one(level: str, seconds: float) -> dict[str, Any]:
     sup = ReceiverSupervisor(receiver, 0, driver.address, secret, cfg, "127.0.0.1", "exec-a")
     store_ms: list[float] = []
     handler_store = sup.block_handler.store_block
-    tracker_call = sup._reporter._call  # bench only: time the two steps of a push
+    tracker_call = sup.pipe._reporter._call  # bench only: time the two steps of a push
 
     def timed_store(*args: Any) -> Any:
         t = time.perf_counter()
@@ -123,7 +123,7 @@ def store_one(level: str, seconds: float) -> dict[str, Any]:
                 add_ms.append((time.perf_counter() - t) * 1000)
 
     sup.block_handler.store_block = timed_store  # type: ignore[method-assign]
-    sup._reporter._call = timed_call
+    sup.pipe._reporter._call = timed_call
     try:
         sup.start()
         time.sleep(1.0)  # the first blocks (keeper connections, first replica) left out
@@ -132,7 +132,7 @@ def store_one(level: str, seconds: float) -> dict[str, Any]:
         time.sleep(seconds)
         elapsed = time.perf_counter() - started
         records = accepted[0] - start_records
-        copies = sup._sink.copies if hasattr(sup._sink, "copies") else None
+        copies = sup.pipe._sink.copies if hasattr(sup.pipe._sink, "copies") else None
     finally:
         sup.stop("bench over")
         sup.await_termination(30)
@@ -157,7 +157,7 @@ def store_one(level: str, seconds: float) -> dict[str, Any]:
 
 
 def _local_keeper(sup: Any) -> str | None:
-    keeper = getattr(sup._sink, "_keeper", None)
+    keeper = getattr(sup.pipe._sink, "_keeper", None)
     return keeper.address if keeper is not None else None
 
 

@@ -91,6 +91,7 @@ SECTIONS = {
     "repeated_actions": "bench.repeated_actions",
     "query_floor": "bench.query_floor",  # before the ladder: its targets read the floor
     "observability": "bench.observability",
+    "cpu_breakdown": "bench.cpu_breakdown",  # before the ladder, after the floor it is read against
     "throughput": "bench.throughput",
 }
 """Every section of ``make bench``, by name, in the order they run."""

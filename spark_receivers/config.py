@@ -189,10 +189,10 @@ class StreamingConfig(DeploymentKeys):
     batch_cache: bool = key(
         True,
         "spark.receivers.batch.cache",
-        "Keep each batch's rows on the executors that read them, from the first action to the "
-        "end of the batch, so further actions read no block again (false: every action reads "
-        "the blocks again; more throughput for one action per batch, or one and count()s, "
-        "since the first action builds the cache; decision 0008).",
+        "Keep each batch's rows (uncompressed) on the executors that read them, from the first "
+        "action to the end of the batch, so further actions read no block again (false: every "
+        "action reads the blocks again; cheaper only when every batch gets a single action, "
+        "since the first action builds the cache; decisions 0008, 0011).",
     )
     warm_up_timeout_s: float = key(
         60.0,

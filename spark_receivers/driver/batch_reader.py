@@ -11,7 +11,15 @@ built: the read is planned once, the first action reads the blocks and leaves th
 the executors that read them, and every later action of the batch reads those (Spark's
 DStream re-reads its blocks from the executors' BlockManager the same way). A partition that
 did not fit in memory is read from its block again, so nothing changes but the speed. When
-the batch ends the rows are dropped (``unpersist``, not waited for). A batch without blocks
+the batch ends the rows are dropped (``unpersist``, not waited for).
+
+The batch's rows are cached **without compression** (decision 0011): the rows live for one
+batch, and finding a compression for each column of each batch (dictionary and run-length
+trials over every value) cost the first action more than the memory it saved, which made
+the cache a loss for ``count()`` + one action. Spark reads
+``spark.sql.inMemoryColumnarStorage.compressed`` when it defines a cache's column batches,
+so :func:`persist_uncompressed` sets it off for that moment only, under a lock, and restores
+it: the user's own caches keep the session's setting. A batch without blocks
 is one empty DataFrame per stream, made once, over an empty local relation (most actions
 on it run no Spark job).
 
@@ -46,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WARM_UP_JOB_GROUP", "BatchReader"]
+__all__ = ["WARM_UP_JOB_GROUP", "BatchReader", "persist_uncompressed"]
 
 WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 WARM_UP_ROWS = 50_000
@@ -54,6 +62,48 @@ WARM_UP_ROWS = 50_000
 cache and the aggregation (a few thousand rows leave them interpreted, and the first real
 batches then run several times slower)."""
 WARM_UP_ROUNDS = 2
+
+
+COMPRESSED_KEY = "spark.sql.inMemoryColumnarStorage.compressed"
+_conf_lock = threading.Lock()
+_fallback_logged = threading.Event()
+
+
+def persist_uncompressed(spark: SparkSession, df: DataFrame) -> DataFrame:
+    """``df`` persisted (``MEMORY_ONLY``) with its column batches left uncompressed.
+
+    Spark reads the compression setting when the cache's column batches are defined (the
+    first use of the cached relation), from the session's conf: the batches are defined
+    here, with the setting off for that moment, and the setting is put back. Where that
+    Spark internal is not there (another Spark, Spark Connect), the DataFrame is persisted
+    as the session's setting says, and it is logged once.
+    """
+    from pyspark import StorageLevel
+
+    conf = spark.conf
+    with _conf_lock:
+        before = conf.get(COMPRESSED_KEY, None)
+        conf.set(COMPRESSED_KEY, "false")
+        try:
+            df = df.persist(StorageLevel.MEMORY_ONLY)
+            try:
+                jdf = df._jdf
+                cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(jdf)
+                cached.get().cachedRepresentation().cacheBuilder().cachedColumnBuffers()
+            except Exception as e:  # noqa: BLE001 - the batch still gets a (compressed) cache
+                if not _fallback_logged.is_set():
+                    _fallback_logged.set()
+                    log.warning(
+                        "the batch cache is compressed as the session says (could not define "
+                        "it uncompressed: %s); see docs/decisions/0011",
+                        e,
+                    )
+        finally:
+            if before is None:
+                conf.unset(COMPRESSED_KEY)
+            else:
+                conf.set(COMPRESSED_KEY, before)
+    return df
 
 
 class BatchReader:
@@ -118,9 +168,7 @@ class BatchReader:
         )
         if not self._cache:
             return df
-        from pyspark import StorageLevel
-
-        df = df.persist(StorageLevel.MEMORY_ONLY)
+        df = persist_uncompressed(self._spark, df)
         with self._lock:
             self._cached.setdefault(key, []).append(df)
         return df

@@ -20,14 +20,11 @@ driver (``StopReceiver``, ``ReleaseReceiver``, ``CleanupOldBlocks``,
 ``RemoveBlocks``, ``UpdateRateLimit``) and serves blocks to batch readers
 (Arrow Flight, authenticated).
 
-Storing is its :class:`~spark_receivers.receiver.block_pusher.BlockPusher`'s job:
-blocks go through a :mod:`~spark_receivers.receiver.block_handler` into a
-:mod:`~spark_receivers.receiver.block_placement` sink — the block keeper of this
-executor and, for a ``_2`` storage level, one on another executor (the task's own
-block store when ``spark.receivers.blockKeeper.enabled`` is false) — and into the
-receiver write-ahead log in parallel when ``receiver_wal_enabled`` (replication then
-drops to 1, as in Spark). A block whose storing failed is never reported to the
-driver; ``AddBlock`` names every copy.
+The supervisor keeps the lifecycle only: what ``Receiver.store`` hands over flows
+through the receiver's :class:`~spark_receivers.receiver.pipe.ReceiverPipe` —
+intake, block generator, block writer (keeper put and WAL), block reporter — which the
+supervisor starts, drains and closes, and never calls into otherwise. A block whose
+storing failed is never reported to the driver; ``AddBlock`` names every copy.
 """
 
 from __future__ import annotations
@@ -41,33 +38,10 @@ from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ReceiverError, StateError
-from spark_receivers.receiver.block import Block
-from spark_receivers.receiver.block_generator import BlockGenerator
-from spark_receivers.receiver.block_handler import (
-    BlockStoreBasedBlockHandler,
-    ReceivedBlockHandler,
-    WriteAheadLogBasedBlockHandler,
-)
-from spark_receivers.receiver.block_placement import (
-    BlockSink,
-    InProcessSink,
-    KeeperSink,
-    effective_level,
-    keeper_sink,
-)
-from spark_receivers.receiver.block_pusher import BlockPusher
-from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.block_server import BlockServer, server_settings
-from spark_receivers.receiver.block_store import BlockStore
-from spark_receivers.receiver.metrics import (
-    MeteredTrackerClient,
-    MetricsReporter,
-    ReceiverMetrics,
-    meter_wal,
-)
-from spark_receivers.receiver.rate_limiter import RateLimiter
+from spark_receivers.receiver.metrics import MeteredTrackerClient, MetricsReporter, ReceiverMetrics
+from spark_receivers.receiver.pipe import ReceiverPipe
 from spark_receivers.receiver.receiver import Receiver
-from spark_receivers.receiver.schema import is_default
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.util import fault_plan
@@ -94,9 +68,9 @@ def describe_error(error: BaseException | None) -> str:
 class ReceiverSupervisor:
     """Supervises one receiver in its task; see the module doc for the lifecycle.
 
-    Thread-safe. ``add_record``/``add_records``/``push_table`` (its
-    :class:`~spark_receivers.receiver.block_pusher.BlockPusher`'s) are called by the
-    receiver's threads through :meth:`Receiver.store`.
+    Thread-safe. ``add_record``/``add_records``/``push_table``/``add_text`` (its pipe's
+    :class:`~spark_receivers.receiver.intake.Intake`'s) are called by the receiver's
+    threads through :meth:`Receiver.store`.
     """
 
     def __init__(
@@ -119,9 +93,7 @@ class ReceiverSupervisor:
         self.executor_id = executor_id
         self.host = host
         self._clock = clock or SystemClock()
-        self.storage_level = effective_level(receiver.storage_level, config, stream_id)
-        self.block_store = BlockStore(self.storage_level, config.block_store_budget_bytes)
-        # Metrics are counted around the push path, not in it (receiver/metrics.py).
+        # Metrics are counted around the pipe, not in it (receiver/metrics.py).
         self.metrics = ReceiverMetrics()
         self._tracker = MeteredTrackerClient(
             fault_plan.cut_client(
@@ -130,57 +102,34 @@ class ReceiverSupervisor:
             self.metrics,
             self._clock,
         )
-        sink: BlockSink = InProcessSink(self.block_store, lambda: self.endpoint)
-        if config.block_keeper_enabled:
-            sink = keeper_sink(
-                stream_id, executor_id, host, secret, self.storage_level, self._tracker, config
-            )
-        self._sink = sink
-        self.block_handler: ReceivedBlockHandler
-        if config.receiver_wal_enabled:
-            self.block_handler = WriteAheadLogBasedBlockHandler(
-                sink, stream_id, config.checkpoint_dir, config, self._clock
-            )
-        else:
-            self.block_handler = BlockStoreBasedBlockHandler(sink)
-        # Blocks are reported several per call when the driver is slow (block_reporter.py).
-        self._reporter = BlockReporter(
-            self._tracker.call, 2 * config.block_queue_size, name=f"block-reporter-{stream_id}"
+        self.pipe = pipe = ReceiverPipe(
+            stream_id,
+            receiver.schema,
+            receiver.storage_level,
+            config,
+            tracker=self._tracker,
+            endpoint=lambda: self.endpoint,
+            identity=(executor_id, host, secret),
+            metrics=self.metrics,
+            clock=self._clock,
+            on_error=self.report_error,
+            on_fatal=self._on_fatal,
         )
+        self.rate_limiter = pipe.rate_limiter
+        self.storage_level = pipe.storage_level
+        self.block_store = pipe.block_store
         self._server = BlockServer(
             stream_id,
             host,
             secret,
             self.block_store,
             stop=lambda message: self.stop(message, None),
-            cleanup=self.block_handler.cleanup_old_blocks,
-            update_rate=lambda rate: self._generator.update_rate(rate),
+            cleanup=pipe.cleanup_old_blocks,
+            update_rate=pipe.update_rate,
             max_message_bytes=config.max_message_bytes,
             refuse=fault_plan.cut_check(config, stream_id),
             **server_settings(config, host),
         )
-        initial = config.backpressure_initial_rate if config.backpressure_enabled else None
-        self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=self._clock)
-        self._pusher = pusher = BlockPusher(
-            stream_id,
-            receiver.schema,
-            self.block_handler,
-            self._reporter,
-            self.rate_limiter,
-            self._clock,
-            lambda: self.endpoint,
-            self.on_error,
-        )
-        self._generator = pusher.generator = BlockGenerator(
-            self,
-            pusher.next_block_id,
-            config.block_interval_ms,
-            config.block_queue_size,
-            self.rate_limiter,
-            self._clock,
-            name=f"block-generator-{stream_id}",
-        )
-        meter_wal(self.block_handler, self.metrics, self._clock)
         interval_ms = config.metrics_report_interval_ms if config.metrics_enabled else 0
         self._metrics_reporter = MetricsReporter(
             self._metrics_report, self._tracker.call, interval_ms, self._clock,
@@ -192,27 +141,30 @@ class ReceiverSupervisor:
         self._terminated = threading.Event()
         self._stopping_error: BaseException | None = None
         self._stop_message = ""
-        # What Receiver.store reaches (block_pusher.py); one str with the default schema
-        # goes straight to the generator.
-        self.add_record = pusher.add_record
-        self.add_records = pusher.add_records
-        self.push_table = pusher.push_table
-        self.add_text: Callable[[str], None] | None = (
-            self._generator.add_data if is_default(receiver.schema) else None
-        )
+        # What Receiver.store reaches: the pipe's intake.
+        intake = pipe.intake
+        self.add_record = intake.add_record
+        self.add_records = intake.add_records
+        self.push_table = intake.add_block
+        self.add_text: Callable[[str], None] | None = intake.add_text
         receiver._attach(self, stream_id)
+
+    @property
+    def block_handler(self) -> Any:
+        """How blocks are stored (the pipe's writer stage): keepers or the task's store, WAL."""
+        return self.pipe.handler
 
     # --- lifecycle ----------------------------------------------------------
 
     @property
     def records_stored(self) -> int:
         """Records in the blocks the driver accepted."""
-        return self._pusher.records_stored
+        return self.pipe.records_stored
 
     @property
     def blocks_pushed(self) -> int:
         """Blocks the driver accepted."""
-        return self._pusher.blocks_pushed
+        return self.pipe.blocks_pushed
 
     @property
     def endpoint(self) -> str:
@@ -229,15 +181,14 @@ class ReceiverSupervisor:
                 )
                 raise StateError(msg)
             self._state = SupervisorState.STARTED
-        if isinstance(self._sink, KeeperSink):
-            try:
-                self._sink.start()
-            except Exception as e:  # noqa: BLE001 - the supervisor stops with the cause
-                threading.Thread(
-                    target=self.stop, args=("Could not start the block keeper", e), daemon=True
-                ).start()
-                return
-        self._generator.start()
+        try:
+            self.pipe.start_keeper()
+        except Exception as e:  # noqa: BLE001 - the supervisor stops with the cause
+            threading.Thread(
+                target=self.stop, args=("Could not start the block keeper", e), daemon=True
+            ).start()
+            return
+        self.pipe.start()
         self._metrics_reporter.start()
         self._start_receiver()
 
@@ -309,8 +260,7 @@ class ReceiverSupervisor:
             self._state = SupervisorState.STOPPED
             self._stopping_error = error
             self._stop_message = message
-        if isinstance(self._sink, KeeperSink):
-            self._sink.stopping()
+        self.pipe.stopping()
         # Every block reported before the deregistration: a driver stopping gracefully
         # processes what its receivers reported once they have all deregistered.
         self._stop_receiver(message, error, drain=self._drain)
@@ -319,14 +269,13 @@ class ReceiverSupervisor:
         self._server.linger(self.config.receiver_drain_timeout_s)
         self._server.close()
         self.block_store.clear()
-        self.block_handler.close()
+        self.pipe.close()
         self._tracker.close()
         self._terminated.set()
 
     def _drain(self) -> None:
-        """Push the generator's last blocks and wait for the driver's answers; idempotent."""
-        self._generator.stop()
-        self._reporter.close(self.config.receiver_drain_timeout_s)
+        """Write the pipe's last blocks and wait for the driver's answers; idempotent."""
+        self.pipe.drain(self.config.receiver_drain_timeout_s)
 
     def restart_receiver(
         self, message: str, error: BaseException | None, delay_ms: int | None
@@ -370,39 +319,22 @@ class ReceiverSupervisor:
     def _metrics_report(self) -> m.ReportReceiverMetrics:
         # With block keepers the blocks are in this executor's keeper (shared by its
         # receivers), not in the task's own store.
-        sink = self._sink
-        held = sink.held() if isinstance(sink, KeeperSink) else self.block_store
+        held = self.pipe.held()
         return self.metrics.report(
             self.stream_id,
-            self._pusher.session,
+            self.pipe.session,
             self.executor_id,
             self.rate_limiter,
-            self._generator.waited_for_room_s,
+            self.pipe.waited_for_room_s,
             self.receiver,
-            held,
+            held if held is not None else self.block_store,
         )
 
-    # --- BlockGeneratorListener -------------------------------------------------
+    def _on_fatal(self, message: str, error: BaseException) -> None:
+        """The pipe's block generator died: stop with its cause (the task fails, is relaunched).
 
-    def on_add_data(self, data: Any, metadata: Any) -> None:
-        """Records added with metadata need no per-record callback here."""
-
-    def on_generate_block(self, block_id: m.StreamBlockId) -> None:
-        """Nothing to do when a block is cut."""
-
-    def on_push_block(self, block: Block) -> None:
-        """Store and report a cut block (the pusher thread)."""
-        self._pusher.push_cut_block(block)
-
-    def on_error(self, message: str, error: BaseException) -> None:
-        """A block could not be pushed: tell the driver."""
-        self.report_error(message, error)
-
-    def on_fatal(self, message: str, error: BaseException) -> None:
-        """The block generator died: stop with its cause, so the task fails and is relaunched.
-
-        Runs on the generator's dying thread; the stop runs on a thread of its own
-        (it joins the generator's threads).
+        Runs on the generator's dying thread; the stop runs on a thread of its own (it
+        joins the generator's threads).
         """
         threading.Thread(
             target=self.stop,

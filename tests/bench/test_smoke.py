@@ -44,6 +44,7 @@ WITH_SPARK = [
     ("repeated_actions", ["--seconds", "4"]),
     ("query_floor", ["--rungs", "346000", "--runs", "1", "--warm-up", "0"]),
     ("observability", ["--rates", "5000", "--seconds", "5"]),
+    ("cpu_breakdown", ["--systems", "spark_receivers", "--pipelines", "ingest", "--no-profile"]),
     ("throughput", ["--systems", "spark_receivers", "--pipelines", "ingest", "--ingest-systems",
                     "spark_receivers", "--lowest", "5000", "--highest", "5000", "--seconds", "5"]),
 ]  # fmt: skip

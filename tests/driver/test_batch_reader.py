@@ -87,3 +87,34 @@ def test_warm_up_runs_the_batch_path_and_leaves_nothing_cached(spark):
     assert reader.warm_up(here, 120) is True
     assert reader.warm_up(here, 0) is True  # 0: no warm-up at all
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()  # released
+
+
+def _first_cached_batch_bytes(spark, df) -> int:
+    """Bytes of the column buffers of the first cached batch of ``df`` (compressed or not)."""
+    cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(df._jdf)
+    batch = cached.get().cachedRepresentation().cacheBuilder().cachedColumnBuffers().first()
+    return sum(len(b) for b in batch.buffers())
+
+
+def test_the_batch_cache_is_uncompressed_and_the_session_setting_stays(spark):
+    # One value repeated: compressed (run-length or dictionary) a cached batch of 10,000
+    # rows takes a few hundred bytes; uncompressed, its 10,000 x 100 bytes and more.
+    rows, value = 20_000, "x" * 100
+    s = CountingStore({"input-0-1-0": pa.table({"value": [value] * rows})})
+    key = "spark.sql.inMemoryColumnarStorage.compressed"
+    try:
+        block_source.register(spark)
+        spark.conf.set(key, "true")  # the user's explicit choice, for the user's own caches
+        reader = BatchReader(spark, s.secret, None, 2, cache=True)
+        df = reader.read(STREAM, 1000, s.infos())  # type: ignore[arg-type]
+        assert df.count() == rows
+        assert spark.conf.get(key) == "true"
+        assert _first_cached_batch_bytes(spark, df) >= 10_000 * len(value)
+        own = spark.createDataFrame([(value,)] * rows, "value string").cache()
+        assert own.count() == rows
+        assert _first_cached_batch_bytes(spark, own) < 10_000  # the session's: compressed
+        own.unpersist(blocking=True)
+        reader.release(1000)
+    finally:
+        spark.conf.unset(key)
+        s.server.close()

@@ -310,23 +310,36 @@ def test_supervisor_store_raises_when_the_driver_refuses_the_block(supervised):
         receiver.store(["x"], reliable=True)
 
 
-def test_cleanup_old_blocks_cleans_the_receiver_wal_not_the_block_store(supervised, tmp_path):
-    _receiver, sup, _tracker, secret = supervised
-    clock = ManualClock(1_000_000)
-    sup.block_handler = handler = wal_handler(tmp_path, clock)
-    handler.sink.store = sup.block_store
-    for i in range(4):
-        handler.store_block(f"input-0-1-{i}", table(i), clock.get_time_ms())
-        clock.advance(2_000)
-    log_dir = received_data_dir(str(tmp_path), 0)
-    before = len([n for n in os.listdir(log_dir) if n.startswith("log-")])
-    client = EndpointClient(sup.endpoint, secret)
+def test_cleanup_old_blocks_cleans_the_receiver_wal_not_the_block_store(tmp_path):
+    secret = new_secret()
+    tracker = FakeTracker(secret)
+    clock = ManualClock(1_000_000)  # the WAL's record times and its rolling come from it
+    cfg = config(
+        checkpoint_dir=str(tmp_path), receiver_drain_timeout_s=1.0, block_keeper_enabled=False
+    )
+    sup = ReceiverSupervisor(
+        Idle(), 0, tracker.endpoint.address, secret, cfg, "127.0.0.1", "driver", clock
+    )
+    sup.start()
     try:
-        assert client.call(m.CleanupOldBlocks(1_005_000)) is True
+        handler = sup.block_handler  # the pipe's: the one CleanupOldBlocks reaches
+        for i in range(4):
+            handler.store_block(f"input-0-1-{i}", table(i), clock.get_time_ms())
+            clock.advance(2_000)
+        log_dir = received_data_dir(str(tmp_path), 0)
+        before = len([n for n in os.listdir(log_dir) if n.startswith("log-")])
+        client = EndpointClient(sup.endpoint, secret)
+        try:
+            assert client.call(m.CleanupOldBlocks(1_005_000)) is True
+        finally:
+            client.close()
+        wal = getattr(handler.wal, "wal", handler.wal)  # under the metrics' timing wrapper
+        assert isinstance(wal, FileBasedWriteAheadLog)
+        assert wal.wait_for_cleanups(10)
+        after = len([n for n in os.listdir(log_dir) if n.startswith("log-")])
+        assert after < before
+        assert len(sup.block_store) == 4  # in-memory blocks leave by id (RemoveBlocks) only
     finally:
-        client.close()
-    assert isinstance(handler.wal, FileBasedWriteAheadLog)
-    assert handler.wal.wait_for_cleanups(10)
-    after = len([n for n in os.listdir(log_dir) if n.startswith("log-")])
-    assert after < before
-    assert len(sup.block_store) == 4  # in-memory blocks leave by id (RemoveBlocks) only
+        sup.block_store.clear()
+        sup.stop("test over")
+        tracker.endpoint.close()

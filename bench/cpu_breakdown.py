@@ -1,0 +1,670 @@
+"""Where the CPU goes: CPU-seconds per million lines per process and per stage, ours and DStream's.
+
+    python -m bench.cpu_breakdown                       # 2 systems x 2 pipelines, ~5 minutes
+    python -m bench.cpu_breakdown --rate 200000 --seconds 25 --tag before --no-write
+    python -m bench.cpu_breakdown --systems spark_receivers --pipelines ingest --no-profile
+
+Issue 31: what receiving and reading a batch cost, measured per process and per stage
+before cutting anything. Each system (``spark_receivers``: our ``SocketTextReceiver``;
+``dstream``: ``socketTextStream``) runs each pipeline (``ingest``: a line count;
+``wordcount``: the ladder's word count; ``two_action`` on request) at **one fixed rate**
+(the same for both, ``--rate``) for ``--seconds``, through the ladder's own session
+(``bench.step.run_child_session``: the same line server of 100-byte lines, child process,
+``local[4]``, 1 s batches, warm-up). A sampler reads the CPU of every process of the
+child's tree from ``/proc`` every 0.25 s (``bench/proc_cpu.py``); the window starts
+``SETTLE_S`` after the receiver connected and ends a second before the send window does.
+Per million lines offered in the window it prints each process kind's CPU-seconds: the
+child's Python (the driver: our scheduler, tracker and batch threads; DStream's
+py4j callbacks), the JVM (driver and executor in one, ``local[4]``) with its threads by
+name, our block keeper, our receiver's task (the Python worker holding the connection), the
+other Python task workers (ours: the data source's read tasks; DStream's: its Python
+``flatMap``/``map``), the data source's planning workers.
+
+Inside the JVM, Java Flight Recorder (``jcmd <pid> JFR.start``, the JDK's ``jfr print``)
+samples the Java threads over the same window; each sample's stage is its innermost frame
+that a rule of :data:`JVM_STAGES` names. Inside our Python processes py-spy samples the
+receiver's task, the keeper, the read workers and the driver. py-spy is meant to leave
+idle threads out, but on the machines of 2026-11-25 it did not (threads blocked in
+``recv`` or a socket read were sampled as working), so a Python graph shows where threads
+are, not only where CPU goes; the stage shares leave out Python-level waits (locks,
+events, queues), and ``--gil`` samples only the thread holding the GIL (Python code's CPU,
+without native work done outside the GIL: ``recv``, Arrow kernels, gRPC). ``/proc`` gives
+each process's CPU. Flame graphs (SVG, frames under 1 % of the samples left out) go to
+``bench/results/cpu-<tag>-<system>-<pipeline>-<process>.svg``.
+
+Spark alone (``query_floor``'s method, CPU from ``/proc`` instead of the machine's busy
+cores): the pipeline's query on a batch of the same size already cached in Spark
+(``local[4]``, 4 partitions), repeated, in a child process of its own. "Everything but the
+query" is the system's CPU per million lines minus Spark alone's.
+
+The machine may be shared: CPU-seconds per process count only this benchmark's processes,
+but a busy machine slows everything (and more context switches cost more). The machine's
+busy cores over the window (``/proc/stat``, every process) are printed next to the tree's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import flame, proc_cpu
+from bench.harness import CpuSampler
+from bench.profile_summary import parse_collapsed
+from bench.record import Recording, Section, add_record_arguments, doc_tail
+from bench.step import REPO_ROOT, run_child_session
+
+__all__ = ["JVM_STAGES", "SECTION", "Breakdown", "main", "render", "run_breakdown"]
+
+SYSTEMS = {
+    "spark_receivers": "bench.receivers",
+    "dstream": "bench.peers",
+    "spark_receivers_nocache": "bench.receivers",  # batch cache off (not in the default run)
+    "spark_receivers_wal": "bench.receivers",  # receiver WAL on (not in the default run)
+}
+DEFAULT_SYSTEMS = ("spark_receivers", "dstream")
+PIPELINES = ("ingest", "wordcount")
+DEFAULT_RATE = 150_000
+DEFAULT_SECONDS = 30.0
+QUICK_RATE = 100_000
+QUICK_SECONDS = 16.0
+SETTLE_S = 8.0
+"""The window starts this long after the receiver connected (first blocks, JIT)."""
+SPARK_ALONE_RUNS = 8
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+SPARK_ALONE_PREFIX = "SPARK_ALONE "
+PYSPY_RATE = 67  # samples/s per process: a few % of a core for py-spy, little in the target
+
+JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "DStream receiver (socket read, lines into blocks)",
+        ("streaming.receiver.", "streaming.dstream.SocketReceiver", "SocketInputDStream",
+         "thread Socket Receiver"),
+    ),
+    (
+        "batch cache build (columnar, compression)",
+        ("columnar.compression.", "columnar.CachedRDDBuilder", "DefaultCachedBatchSerializer",
+         "columnar.BasicColumnBuilder", "columnar.NativeColumnBuilder",
+         "columnar.NullableColumnBuilder", "columnar.ComplexColumnBuilder",
+         "columnar.ColumnStats", "columnar.StringColumnStats", "columnar.ColumnBuilder"),
+    ),
+    (
+        "batch cache read",
+        ("columnar.ColumnAccessor", "columnar.BasicColumnAccessor", "InMemoryTableScanExec",
+         "columnar.NativeColumnAccessor", "SpecificColumnarIterator",
+         "columnar.NullableColumnAccessor"),
+    ),
+    (
+        "Python data source: Arrow from the worker into rows",
+        ("vectorized.ArrowColumnVector", "org.apache.arrow.", "python.PythonArrowOutput",
+         "vectorized.ColumnarBatchRow", "python.ArrowOutput", "PythonPartitionReaderFactory",
+         "python.PythonDataSource", "python.MapInBatch", "python.BasePythonRunner$ReaderIterator",
+         "python.PythonArrowInput", "ArrowPythonRunner"),
+    ),
+    (
+        "Python RDD (rows to and from Python workers)",
+        ("api.python.PythonRunner", "api.python.PythonRDD", "api.python.SerDeUtil",
+         "api.python.BasePythonRunner", "net.razorvine.pickle"),
+    ),
+    (
+        "shuffle",
+        ("org.apache.spark.shuffle.", "ShuffleExternalSorter", "UnsafeShuffleWriter",
+         "ShuffleBlockFetcherIterator", "util.collection.ExternalSorter",
+         "util.collection.PartitionedAppendOnlyMap", "unsafe.sorter."),
+    ),
+    (
+        "query operators (split, explode, aggregate, count)",
+        ("GeneratedIteratorForCodegenStage", "aggregate.HashAggregateExec",
+         "UnsafeFixedWidthAggregationMap", "execution.GenerateExec", "unsafe.map.BytesToBytesMap",
+         "aggregate.TungstenAggregationIterator", "expressions.GeneratedClass$SpecificPredicate"),
+    ),
+    ("block manager, memory store", ("org.apache.spark.storage.", "org.apache.spark.memory.")),
+    (
+        "serialization (Java, Kryo)",
+        ("org.apache.spark.serializer.", "com.esotericsoftware.kryo", "java.io.ObjectOutputStream",
+         "java.io.ObjectInputStream"),
+    ),
+    ("py4j (driver Python to the JVM)", ("py4j.",)),
+    (
+        "job submission (closures, DAG, tasks), RPC, listeners",
+        ("SparkContext.clean", "util.ClosureCleaner", "org.apache.spark.scheduler.",
+         "org.apache.spark.rpc.", "io.netty.", "org.sparkproject.io.netty.",
+         "org.apache.spark.network.", "util.ListenerBus", "org.apache.spark.executor."),
+    ),
+    (
+        "planning (analysis, optimization, codegen)",
+        ("sql.catalyst.analysis.", "sql.catalyst.optimizer.", "sql.catalyst.rules.",
+         "sql.catalyst.planning.", "sql.catalyst.trees.", "expressions.codegen.",
+         "catalyst.plans.", "codehaus.", "sql.execution.QueryExecution",
+         "sql.execution.SparkStrategies", "sql.execution.adaptive.",
+         "sql.execution.CacheManager", "xbean.asm"),
+    ),
+)  # fmt: skip
+"""A JVM sample's stage is its innermost frame that one of these patterns is in."""
+
+WAITING = "waiting (locks, events, sleeps)"
+PY_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("socket recv", ("recv (",)),
+    ("lines → Arrow (split, UTF-8 check)", ("_split_lines", "split_pattern", "cast (")),
+    ("Flight put to the keeper (client)", ("put_table",)),
+    ("Flight put (server: read, store)", ("do_put", "_put (block_keeper")),
+    ("Flight get (server)", ("do_get", "_read (block_keeper")),
+    ("Flight read of blocks (client)", ("read_table", "fetch_block")),
+    (
+        "block cut, concat, Arrow conversion",
+        ("push_cut_block", "records_to_table", "concat_tables"),
+    ),
+    ("block reports, control calls", ("AddBlocks", "_send (block_reporter", "call (transport")),
+    ("store() into the generator", ("add_table", "add_data", "add_many", "store (receiver")),
+    (
+        "data source read → Arrow batches to the JVM",
+        ("read (block_source", "conform", "to_batches"),
+    ),
+    ("PySpark worker I/O", ("pyspark/worker", "serializers", "worker.py")),
+    (WAITING, ("wait (threading", "_wait_for_tstate_lock", "sleep", "get (queue")),
+)
+"""A Python sample's stage (py-spy frames read ``function (file:line)``)."""
+
+
+@dataclass
+class Breakdown:
+    """One (system, pipeline) at one rate: CPU per process kind and per stage."""
+
+    system: str
+    pipeline: str
+    rate: int
+    window_s: float = 0.0
+    window: tuple[float, float] = (0.0, 0.0)
+    lines: float = 0.0
+    """Lines the line server sent in the window (what the receiver read)."""
+    lines_processed: float = 0.0
+    """Lines of the batches that completed in the window (what the batch side did)."""
+    sustained: bool = False
+    reason: str = ""
+    by_kind: dict[str, float] = field(default_factory=dict)
+    jvm_threads: dict[str, float] = field(default_factory=dict)
+    jvm_stages: dict[str, float] = field(default_factory=dict)
+    py_stages: dict[str, dict[str, float]] = field(default_factory=dict)
+    py_top: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    jvm_top: list[tuple[str, float]] = field(default_factory=list)
+    machine_busy_cores: float | None = None
+    spark_alone_core_s_per_batch: float | None = None
+    graphs: list[str] = field(default_factory=list)
+    pids: dict[str, list[int]] = field(default_factory=dict)
+    """The pids of each kind seen, and the daemon whose workers py-spy followed."""
+    error: str | None = None
+
+    def per_million(self, core_s: float, kind: str = proc_cpu.JVM) -> float:
+        """``core_s`` per million lines: lines read for the receiver side, else processed.
+
+        The two are the same in a sustained step; when the batches fall behind, each side
+        is counted against the lines it handled.
+        """
+        receiving = kind in (proc_cpu.RECEIVER, proc_cpu.KEEPER)
+        lines = self.lines if receiving or not self.lines_processed else self.lines_processed
+        return core_s / lines * 1e6 if lines else 0.0
+
+    def kind_per_million(self, kind: str) -> float:
+        return self.per_million(self.by_kind.get(kind, 0.0), kind)
+
+    @property
+    def total_per_million(self) -> float:
+        return sum(self.kind_per_million(k) for k in self.by_kind)
+
+    @property
+    def total(self) -> float:
+        return sum(self.by_kind.values())
+
+    @property
+    def but_the_query(self) -> float | None:
+        """Everything but the query: all CPU per million lines minus Spark alone's."""
+        alone = self.spark_alone_per_million
+        return None if alone is None else self.total_per_million - alone
+
+    @property
+    def spark_alone_per_million(self) -> float | None:
+        s = self.spark_alone_core_s_per_batch
+        return None if s is None else s / self.rate * 1e6
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+def _find_child(module: str, system: str, timeout_s: float) -> tuple[int, int] | None:
+    """The benchmark child this process started for ``system``, and its line server port."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for info in proc_cpu.descendants(os.getpid()).values():
+            args = info.cmdline
+            if module in args and system in args and "--port" in args:
+                return info.pid, int(args[args.index("--port") + 1])
+        time.sleep(0.1)  # a process of another's making: nothing to wait on
+    return None
+
+
+class _Profilers:
+    """JFR in the JVM and py-spy on chosen Python processes, over one window."""
+
+    def __init__(self, workdir: Path, gil: bool = False) -> None:
+        self.workdir = workdir
+        self.gil = gil
+        self.jvm: int | None = None
+        self.spies: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+
+    def start(self, jvm: int | None, python: dict[str, tuple[int, bool]], seconds: float) -> None:
+        """Start JFR in ``jvm`` and py-spy on each ``name: (pid, with subprocesses)``."""
+        if jvm is not None:
+            done = subprocess.run(
+                ["jcmd", str(jvm), "JFR.start", "name=cpu31", "settings=profile"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            if done.returncode == 0 and "Started recording" in done.stdout:
+                self.jvm = jvm
+            else:
+                print(f"JFR did not start: {done.stdout.strip()} {done.stderr.strip()}")
+        spy = Path(sys.executable).with_name("py-spy")
+        for name, (pid, subprocesses) in python.items():
+            out = self.workdir / f"{name}.txt"
+            cmd = [str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)),
+                   "--rate", str(PYSPY_RATE), "--format", "raw",
+                   "--output", str(out)]  # fmt: skip
+            if subprocesses:
+                cmd.append("--subprocesses")
+            if self.gil:
+                cmd.append("--gil")
+            self.spies[name] = (
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+                out,
+            )
+
+    def stop(self) -> tuple[Path | None, dict[str, Path]]:
+        """Stop JFR (its file) and wait for py-spy (the raw files that were written)."""
+        jfr: Path | None = None
+        if self.jvm is not None:
+            path = self.workdir / "jvm.jfr"
+            subprocess.run(
+                ["jcmd", str(self.jvm), "JFR.dump", "name=cpu31", f"filename={path}"],
+                capture_output=True, timeout=120, check=False,
+            )  # fmt: skip
+            subprocess.run(
+                ["jcmd", str(self.jvm), "JFR.stop", "name=cpu31"],
+                capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+            jfr = path if path.exists() else None
+        raw: dict[str, Path] = {}
+        for name, (proc, out) in self.spies.items():
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            if out.exists():
+                raw[name] = out
+            else:
+                print(f"py-spy on {name} wrote nothing: {err.decode(errors='replace')[-300:]}")
+        return jfr, raw
+
+
+def _split_by_process(path: Path) -> dict[int, list[flame.Stack]]:
+    """py-spy ``--subprocesses`` raw stacks per pid (their root frame is ``process N:...``)."""
+    out: dict[int, list[flame.Stack]] = {}
+    with open(path) as f:
+        for frames, n in parse_collapsed(f):
+            pid = -1
+            # Nested: the daemon's frame, then its forked worker's; the last one is the process.
+            while frames and frames[0].startswith("process "):
+                with contextlib.suppress(ValueError, IndexError):
+                    pid = int(frames[0].split(":", 1)[0].split()[1])
+                frames = frames[1:]
+            out.setdefault(pid, []).append((tuple(frames), n))
+    return out
+
+
+def _monitor(
+    b: Breakdown,
+    module: str,
+    seconds: float,
+    profile: bool,
+    tag: str,
+    cpu: CpuSampler,
+    gil: bool = False,
+) -> None:
+    """Find the child, sample its tree over the window, profile it; fill ``b``."""
+    found = _find_child(module, b.system, 120)
+    if found is None:
+        b.error = "the benchmark child did not appear"
+        return
+    child, port = found
+    with proc_cpu.TreeSampler(child, port) as tree:
+        connected = tree.wait_connected(240)
+        if connected is None:
+            b.error = "the receiver never connected"
+            return
+        start = connected + SETTLE_S
+        end = connected + seconds - 1.0
+        time.sleep(max(0.0, start - time.monotonic()))
+        start = tree.mark()
+        workdir = Path(tempfile.mkdtemp(prefix="cpu31-"))
+        profilers = _Profilers(workdir, gil)
+        targets: dict[str, tuple[int, bool]] = {}
+        if profile:
+            jvms = tree.pids_of(proc_cpu.JVM)
+            targets["driver"] = (child, False)
+            keepers = tree.pids_of(proc_cpu.KEEPER)
+            if keepers:
+                targets["keeper"] = (min(keepers), False)
+            if tree.receivers:
+                targets["receiver"] = (tree.receivers[0], False)
+            # Every daemon of task workers, followed into its workers (the receiver's stacks
+            # there are left out: it has a py-spy of its own).
+            for i, daemon in enumerate(tree.pids_of(proc_cpu.DAEMONS)):
+                info = tree.info(daemon)
+                if info is not None and "pyspark.sql.worker" not in " ".join(info.cmdline):
+                    targets[f"workers{i}"] = (daemon, True)
+            profilers.start(jvms[0] if jvms else None, targets, end - start)
+        time.sleep(max(0.0, end - time.monotonic()))
+        end = tree.mark()
+        window = tree.window(start, end)
+        receivers = set(tree.receivers)
+        b.pids = {kind: tree.pids_of(kind) for kind in proc_cpu.KINDS}
+        b.pids["followed daemons"] = [p for n, (p, _) in targets.items() if n.startswith("workers")]
+    b.window_s = end - start
+    b.window = (start, end)
+    b.by_kind = window.by_kind
+    b.jvm_threads = window.jvm_threads
+    time.sleep(0.6)
+    b.machine_busy_cores = cpu.busy_cores(start, end)
+    if profile:
+        jfr, raw = profilers.stop()
+        _read_profiles(b, jfr, raw, receivers, tag)
+
+
+def _read_profiles(
+    b: Breakdown, jfr: Path | None, raw: dict[str, Path], receivers: set[int], tag: str
+) -> None:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stem = f"cpu-{tag}-{b.system}-{b.pipeline}"
+
+    def graph(name: str, stacks: list[flame.Stack], title: str) -> None:
+        if not stacks:
+            return
+        path = RESULTS_DIR / f"{stem}-{name}.svg"
+        path.write_text(flame.render_svg(stacks, title, min_share=0.01))
+        b.graphs.append(str(path.relative_to(REPO_ROOT)))
+
+    if jfr is not None:
+        samples = flame.jfr_stacks(jfr)
+        stacks = flame.collapse(frames for frames, _ in samples)
+        b.jvm_stages = flame.stage_shares(stacks, JVM_STAGES)
+        b.jvm_top = flame.top_frames(stacks)
+        graph("jvm", stacks, f"{b.system} {b.pipeline} at {b.rate:,}/s: JVM (JFR)")
+    groups: dict[str, list[flame.Stack]] = {}
+    for name, path in raw.items():
+        if name.startswith("workers"):
+            for pid, stacks in _split_by_process(path).items():
+                if pid not in receivers:  # profiled on its own
+                    groups.setdefault("task_workers", []).extend(stacks)
+        else:
+            with open(path) as f:
+                groups[name] = [(tuple(fr), n) for fr, n in parse_collapsed(f)]
+    for name, stacks in groups.items():
+        # A thread waiting on a lock or an event is not working (py-spy's idle filter lets
+        # Python-level waits through): its samples are left out of the shares.
+        working = [(fr, n) for fr, n in stacks if flame.stage_of(fr, PY_STAGES) != WAITING]
+        b.py_stages[name] = flame.stage_shares(working, PY_STAGES)
+        b.py_top[name] = flame.top_frames(stacks, 8)
+        graph(name, stacks, f"{b.system} {b.pipeline} at {b.rate:,}/s: {name} (py-spy)")
+
+
+def run_breakdown(
+    system: str,
+    pipeline: str,
+    rate: int,
+    seconds: float,
+    *,
+    profile: bool,
+    tag: str,
+    gil: bool = False,
+) -> Breakdown:
+    """One session of ``system`` at ``rate`` for ``seconds``, measured and profiled."""
+    module = SYSTEMS[system]
+    b = Breakdown(system, pipeline, rate)
+    with CpuSampler() as cpu:
+        monitor = threading.Thread(
+            target=_monitor, args=(b, module, seconds, profile, tag, cpu, gil), daemon=True
+        )
+        monitor.start()
+        session = run_child_session(system, module, [rate], seconds, pipeline=pipeline)
+        monitor.join(300)
+    step = session.steps[0]
+    b.sustained, b.reason = step.sustained, step.reason
+    b.lines = step.sent_rate * b.window_s
+    b.lines_processed = _processed_in(step.extra.get("raw"), *b.window)
+    if step.error and not b.error:
+        b.error = step.error
+    return b
+
+
+def _processed_in(raw: object, start: float, end: float) -> float:
+    """Lines of the batches that completed within ``[start, end]``, from the session's raw file."""
+    if not isinstance(raw, str):
+        return 0.0
+    try:
+        batches = json.loads((REPO_ROOT / raw).read_text()).get("batches", [])
+    except (OSError, ValueError):
+        return 0.0
+    done = [b for b in batches if start <= b.get("completed_s", -1) <= end]
+    return float(sum(b.get("lines", 0) for b in done))
+
+
+# -- Spark alone -----------------------------------------------------------------------------
+
+
+def spark_alone(pipeline: str, lines: int, runs: int) -> float:
+    """CPU-seconds of this process tree per run of ``pipeline``'s query on ``lines`` cached."""
+    from bench.child import local_session
+    from bench.loadgen import BLOCK_LINES, LinePool
+    from bench.query_floor import lines_table, two_action
+    from bench.repeated_actions import word_count
+
+    queries = {"ingest": lambda df: int(df.count()), "wordcount": word_count}
+    queries["two_action"] = two_action
+    query = queries[pipeline]
+    spark = local_session("cpu-breakdown-spark-alone")
+    try:
+        n = max(BLOCK_LINES, lines // BLOCK_LINES * BLOCK_LINES)
+        df = spark.createDataFrame(lines_table(LinePool(), n)).repartition(4).cache()
+        df.count()
+        for _ in range(4):  # warm: JIT, Python workers, the first shuffle
+            query(df)
+        with proc_cpu.TreeSampler(os.getpid()) as tree:
+            start = tree.mark()
+            for _ in range(runs):
+                query(df)
+            end = tree.mark()
+            used = tree.window(start, end).total
+        return used / runs * lines / n
+    finally:
+        spark.stop()
+
+
+def run_spark_alone(pipeline: str, lines: int, runs: int = SPARK_ALONE_RUNS) -> float | None:
+    """:func:`spark_alone` in a child process of its own (a fresh JVM); None if it failed."""
+    cmd = [sys.executable, "-m", "bench.cpu_breakdown", "--spark-alone", pipeline,
+           "--lines", str(lines), "--runs", str(runs)]  # fmt: skip
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith(SPARK_ALONE_PREFIX):
+            return float(json.loads(line[len(SPARK_ALONE_PREFIX) :])["core_s_per_batch"])
+    print(f"Spark alone ({pipeline}) failed: {(done.stderr or done.stdout)[-1500:]}")
+    return None
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _f(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def breakdowns(data: dict[str, Any]) -> list[Breakdown]:
+    """The run's breakdowns from its raw data (JSON: tuples came back as lists)."""
+    out = []
+    for d in data["results"]:
+        b = Breakdown(**{k: v for k, v in d.items() if k in Breakdown.__dataclass_fields__})
+        b.window = tuple(b.window)  # type: ignore[assignment]
+        b.jvm_top = [tuple(x) for x in b.jvm_top]  # type: ignore[misc]
+        b.py_top = {k: [tuple(x) for x in v] for k, v in b.py_top.items()}  # type: ignore[misc]
+        out.append(b)
+    return out
+
+
+def render(data: dict[str, Any]) -> str:
+    """The ``cpu_breakdown`` section's body from a run's raw data."""
+    results = breakdowns(data)
+    cols = [f"{b.system} {b.pipeline}" for b in results]
+    rows = [
+        "| core-s per million lines | " + " | ".join(cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
+
+    def row(label: str, cells: Sequence[str]) -> None:
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    for kind in proc_cpu.KINDS:
+        if any(b.by_kind.get(kind) for b in results):
+            row(kind, [_f(b.kind_per_million(kind)) for b in results])
+    row("**all processes**", [f"**{_f(b.total_per_million)}**" for b in results])
+    row("Spark alone, same query and batch", [_f(b.spark_alone_per_million) for b in results])
+    row("**everything but the query**", [f"**{_f(b.but_the_query)}**" for b in results])
+    row(
+        "window (s); lines read, processed in it",
+        [f"{b.window_s:.1f}; {b.lines:,.0f}, {b.lines_processed:,.0f}" for b in results],
+    )
+    row(
+        "tree's busy cores / machine's",
+        [f"{_f(b.total / b.window_s if b.window_s else None)} / {_f(b.machine_busy_cores)}"
+         for b in results],
+    )  # fmt: skip
+    row("step sustained", ["yes" if b.sustained else f"no ({b.reason[:60]})" for b in results])
+    parts = ["\n".join(rows)]
+    for b in results:
+        parts.append(_render_detail(b))
+    return "\n\n".join(parts)
+
+
+def _render_detail(b: Breakdown) -> str:
+    lines = [f"### {b.system}, {b.pipeline}, {b.rate:,} lines/s"]
+    if b.error:
+        lines.append(f"\nError: {b.error[:300]}")
+    threads = sorted(b.jvm_threads.items(), key=lambda kv: -kv[1])[:8]
+    if threads:
+        lines.append(
+            "\nJVM threads (core-s per million lines): "
+            + ", ".join(f"{name} {b.per_million(v):.2f}" for name, v in threads)
+        )
+    if b.jvm_stages:
+        jvm = b.kind_per_million(proc_cpu.JVM)
+        lines.append(
+            "\nJVM Java threads by stage (JFR; share of samples, and that share of the JVM's "
+            "core-s per million lines): "
+            + "; ".join(
+                f"{k} {v:.0%} ({v * jvm:.2f})" for k, v in b.jvm_stages.items() if v >= 0.01
+            )
+        )
+        lines.append(
+            "\nJVM hottest frames: " + ", ".join(f"`{k}` {v:.0%}" for k, v in b.jvm_top[:8])
+        )
+    for name, shares in b.py_stages.items():
+        lines.append(
+            f"\nPython {name} by stage (py-spy): "
+            + "; ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.02)
+        )
+    if b.graphs:
+        lines.append("\nFlame graphs: " + ", ".join(f"`{g}`" for g in b.graphs))
+    return "\n".join(lines)
+
+
+SECTION = Section(
+    name="cpu_breakdown",
+    module="bench.cpu_breakdown",
+    title="Where the CPU goes: core-seconds per million lines (issue 31)",
+    render=render,
+    about=doc_tail(__doc__),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.cpu_breakdown", description=(__doc__ or "").split("\n")[0]
+    )
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_RATE:,}/s, {QUICK_SECONDS} s")
+    p.add_argument("--rate", type=int, help=f"lines/s (default {DEFAULT_RATE:,})")
+    p.add_argument("--seconds", type=float, help=f"per session (default {DEFAULT_SECONDS})")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
+    p.add_argument("--pipelines", default=",".join(PIPELINES), help="ingest,wordcount,two_action")
+    p.add_argument("--no-profile", action="store_true", help="CPU per process only")
+    p.add_argument("--gil", action="store_true", help="py-spy samples only the GIL's holder")
+    p.add_argument("--tag", default="latest", help="names the flame graphs (before, after...)")
+    add_record_arguments(p)
+    p.add_argument("--spark-alone", metavar="PIPELINE", help=argparse.SUPPRESS)
+    p.add_argument("--lines", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--runs", type=int, default=SPARK_ALONE_RUNS, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.spark_alone:
+        core_s = spark_alone(args.spark_alone, args.lines, args.runs)
+        print(SPARK_ALONE_PREFIX + json.dumps({"core_s_per_batch": core_s}), flush=True)
+        return 0
+    rate = args.rate or (QUICK_RATE if args.quick else DEFAULT_RATE)
+    seconds = args.seconds or (QUICK_SECONDS if args.quick else DEFAULT_SECONDS)
+    systems = [s for s in args.systems.split(",") if s]
+    pipelines = [x for x in args.pipelines.split(",") if x]
+    if not set(systems) <= set(SYSTEMS):
+        p.error(f"--systems must be from {sorted(SYSTEMS)}")
+    results = []
+    alone: dict[str, float | None] = {}
+    with Recording(SECTION, "python -m bench.cpu_breakdown", argv, args) as rec:
+        for pipeline in pipelines:
+            for system in systems:
+                b = run_breakdown(
+                    system,
+                    pipeline,
+                    rate,
+                    seconds,
+                    profile=not args.no_profile,
+                    tag=args.tag,
+                    gil=args.gil,
+                )
+                if pipeline not in alone:
+                    alone[pipeline] = run_spark_alone(pipeline, rate)
+                b.spark_alone_core_s_per_batch = alone[pipeline]
+                results.append(b)
+                print(_render_detail(b), flush=True)
+                print(
+                    f"all processes {b.total_per_million:.2f} core-s per million lines; by kind: "
+                    + ", ".join(
+                        f"{k} {b.kind_per_million(k):.2f}"
+                        for k, _ in Counter(b.by_kind).most_common()
+                    ),
+                    flush=True,
+                )
+    rec.finish({"rate": rate, "seconds": seconds, "results": [vars(b) for b in results]})
+    return 0 if all(b.error is None for b in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The first stage of a receiver's pipe: what ``Receiver.store`` hands over, checked and metered.
+
+The executor's pipe, one way (``receiver/pipe.py`` builds it, docs/architecture.md draws it)::
+
+    Receiver.store → Intake → BlockGenerator → BlockWriter → BlockReporter → driver
+
+:class:`Intake` takes the three forms ``store`` accepts — one record, many records, an
+Arrow/pandas block — checks them against the receiver's schema and hands them to the
+:class:`~spark_receivers.receiver.block_generator.BlockGenerator`, which cuts a block per
+interval. It is the generator's only caller. A store that is ``reliable`` or carries
+``metadata`` is a block of its own: the intake makes it (converted once, rate-limited here,
+since the generator's limiter does not see it) and gives it to the
+:class:`~spark_receivers.receiver.block_writer.BlockWriter` directly, waiting for the driver's
+answer when ``reliable``.
+
+One string record of the default schema is the hot path: :attr:`Intake.add_text` is the
+generator's own ``add_data`` (a list append under a lock), lent without a wrapper: one more
+Python call per record would slow ``store(one)`` down, whose whole cost is a few calls.
+
+Threads: every method runs on the receiver's storing threads; ``update_rate`` on the block
+server's (the driver's ``UpdateRateLimit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from spark_receivers.receiver.block_generator import BlockGenerator
+from spark_receivers.receiver.block_writer import BlockWriter
+from spark_receivers.receiver.rate_limiter import RateLimiter
+from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
+from spark_receivers.rpc.messages import StreamBlockId
+from spark_receivers.util.clock import Clock
+
+__all__ = ["Intake"]
+
+
+class Intake:
+    """Records and blocks from ``Receiver.store`` into the pipe; see the module doc.
+
+    ``next_block_id`` names a block of its own (the generator names the blocks it cuts
+    with the same counter). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        rate_limiter: RateLimiter,
+        generator: BlockGenerator,
+        writer: BlockWriter,
+        next_block_id: Callable[[], StreamBlockId],
+        clock: Clock,
+    ) -> None:
+        self.schema = schema
+        self.rate_limiter = rate_limiter
+        self._generator = generator
+        self._writer = writer
+        self._next_block_id = next_block_id
+        self._clock = clock
+        self._default_schema = is_default(schema)
+        self.add_text: Callable[[str], None] | None = (
+            generator.add_data if self._default_schema else None
+        )
+        """``add_text(str)``: one record of the default schema (None for another schema)."""
+        # pyarrow imports pandas on its first conversion of a Python list (~1 s under the
+        # GIL): pay that here, not in the first block's write while the receiver stores.
+        records_to_table([], schema)
+
+    # --- what Receiver.store reaches ------------------------------------------------------
+
+    def add_record(
+        self, record: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
+    ) -> None:
+        """One record: into the current block, or a block of its own if reliable/with metadata."""
+        if not (self._default_schema and type(record) is str):
+            check_record(record, self.schema)
+        if reliable or metadata is not None:
+            self._own_block(records_to_table([record], self.schema), metadata, reliable)
+        else:
+            self._generator.add_data(record)
+
+    def add_records(
+        self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
+    ) -> None:
+        """Many records: one Arrow table, into the current block or a block of its own."""
+        if not records:
+            return
+        if self._default_schema:
+            table = records_to_table(records, self.schema)  # converting is the type check
+        else:
+            for r in records:
+                check_record(r, self.schema)
+            if not (reliable or metadata is not None):
+                self._generator.add_many(records)
+                return
+            table = records_to_table(records, self.schema)
+        if reliable or metadata is not None:
+            self._own_block(table, metadata, reliable)
+        else:
+            self._generator.add_table(table)
+
+    def add_block(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
+        """An Arrow batch/table or a pandas frame, as a block or part of one.
+
+        Joined into the current block without copying, or a block of its own if reliable
+        or with metadata.
+        """
+        table = to_table(data, self.schema)
+        if table.num_rows == 0:
+            return
+        if reliable or metadata is not None:
+            self._own_block(table, metadata, reliable)
+        else:
+            self._generator.add_table(table)
+
+    def _own_block(self, table: pa.Table, metadata: dict[str, Any] | None, wait: bool) -> None:
+        self.rate_limiter.acquire(table.num_rows)
+        self._writer.write(
+            self._next_block_id(), table, metadata, self._clock.get_time_ms(), wait=wait
+        )
+
+    # --- the driver and the metrics ---------------------------------------------------------
+
+    def update_rate(self, rate: float) -> None:
+        """The driver's new rate limit (``UpdateRateLimit``); see ``BlockGenerator.update_rate``."""
+        self._generator.update_rate(rate)
+
+    @property
+    def waited_for_room_s(self) -> float:
+        """Seconds stores were held because the generator's push queue was full, in all."""
+        return self._generator.waited_for_room_s
