@@ -29,7 +29,7 @@ from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.status_api import StreamDescription
 from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.driver.streaming_progress import StreamingProgress, stream_uuid
-from spark_receivers.errors import ConfigError, StateError, StreamingError
+from spark_receivers.errors import BadRecordError, ConfigError, StateError, StreamingError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.stream import (
@@ -329,9 +329,13 @@ class StreamingContext:
 
     def _on_failure(self) -> None:
         # Called on the failing thread (a batch thread, the timer, a launcher): never
-        # stop from it, since stopping joins those very threads.
+        # stop from it, since stopping joins those very threads. A receiver stopped at a
+        # bad record (bad_record_policy=fail) leaves a sound pipeline: what it stored
+        # before, and the source acknowledged, is processed first.
+        error = self._scheduler.error if self._scheduler is not None else None
+        graceful = isinstance(error, BadRecordError)
         threading.Thread(
-            target=self.stop, kwargs={"graceful": False}, name="streaming-stop", daemon=True
+            target=self.stop, kwargs={"graceful": graceful}, name="streaming-stop", daemon=True
         ).start()
 
     # --- progress and status -------------------------------------------------------

@@ -47,7 +47,7 @@ from spark_receivers.driver.scheduling_policy import (
 )
 from spark_receivers.driver.status import ReceiverStatus
 from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts, check_block
-from spark_receivers.errors import RpcError, StateError
+from spark_receivers.errors import BadRecordError, RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
 from spark_receivers.util.clock import Clock, SystemClock
@@ -303,8 +303,8 @@ class ReceiverTracker:
                 return self._add_blocks(infos)
             case m.RegisterReceiver():
                 return self._register(message)
-            case m.DeregisterReceiver(stream_id=sid, message=text, error=error):
-                return self._deregister(sid, text, error)
+            case m.DeregisterReceiver(stream_id=sid, message=text, error=error, bad_record=bad):
+                return self._deregister(sid, text, error, bad)
             case m.ReportError(stream_id=sid, message=text, error=error):
                 self._known(sid)
                 self._record_error(sid, text, error)
@@ -380,7 +380,7 @@ class ReceiverTracker:
         self._bus.post("on_receiver_started", started)
         return True
 
-    def _deregister(self, stream_id: int, text: str, error: str) -> bool:
+    def _deregister(self, stream_id: int, text: str, error: str, bad_record: bool = False) -> bool:
         r = self._known(stream_id)
         with self._lock:
             r.deactivate()
@@ -392,9 +392,32 @@ class ReceiverTracker:
         if error:  # it stopped or restarts after a failure: as loud as a ReportError
             self._bus.post("on_receiver_error", stopped)
         self._bus.post("on_receiver_stopped", stopped)
-        if error:
+        if bad_record:
+            self._fail_for_good(stream_id, text)
+        elif error:
             self._count_failure(stream_id, text)
         return True
+
+    def _fail_for_good(self, stream_id: int, message: str) -> None:
+        """The receiver stopped at a bad record under ``fail``: never restart it, fail now.
+
+        The context fails with a :class:`BadRecordError` (it processes what was received
+        before it stops: the pipeline is sound, only a record was bad).
+        """
+        with self._lock:
+            r = self._receivers[stream_id]
+            started = self._state is TrackerState.STARTED
+            if started:
+                r.restarts.gave_up = True  # never registered or relaunched again
+        if not started:
+            return
+        error = BadRecordError(
+            f"receiver {stream_id} ({r.receiver.name}) stopped for good "
+            f"(bad_record_policy=fail) and is not restarted: {message}"
+        )
+        self._record_error(stream_id, str(error), r.error)
+        if self._on_fatal is not None:
+            self._on_fatal(error)
 
     def _count_failure(self, stream_id: int, message: str) -> None:
         """Count a failure under the restart policy; past it, fail the context."""

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.errors import BadRecordError, ReceiverError, StateError
 from spark_receivers.receiver.bad_records import BadRecordPolicy, DeadLetterWriter
 from spark_receivers.receiver.schema import (
     DEFAULT_SCHEMA,
@@ -239,8 +239,9 @@ class Receiver:
         """Count, report and handle a record the receiver cannot take, per its policy.
 
         ``skip`` drops it, ``dead_letter`` appends it to ``dead_letter_dir`` (with
-        ``key``, where it came from, when given), ``fail`` stops the receiver and
-        raises :class:`ReceiverError`. See :mod:`spark_receivers.receiver.bad_records`.
+        ``key``, where it came from, when given), ``fail`` stops the receiver for
+        good and raises :class:`BadRecordError` (the driver then fails the context).
+        See :mod:`spark_receivers.receiver.bad_records`.
         """
         self.bad_records += 1
         n = self.bad_records
@@ -257,8 +258,10 @@ class Receiver:
                 self._dead_letters = DeadLetterWriter(self.dead_letter_dir, self._stream_id)
             self._dead_letters.write(record, reason, key)
         elif self.bad_record_policy is BadRecordPolicy.FAIL:
-            failure = ReceiverError(f"bad record: {reason}; sample {sample!r}")
-            self.stop(f"bad record: {reason}", error or failure)
+            # For good: a restart would meet the same record (the driver fails the context).
+            failure = BadRecordError(f"bad record: {reason}; sample {sample!r}")
+            failure.__cause__ = error
+            self.stop(f"bad record: {reason}", failure)
             raise failure
 
     # --- internals ----------------------------------------------------------

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.errors import BadRecordError, ReceiverError, StateError
 from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.block_generator import BlockGenerator
 from spark_receivers.receiver.block_handler import (
@@ -297,7 +297,10 @@ class ReceiverSupervisor:
         if drain is not None:
             drain()
         try:
-            self._tracker.call(m.DeregisterReceiver(self.stream_id, message, describe_error(error)))
+            bad = isinstance(error, BadRecordError)  # for good: a restart would meet it again
+            self._tracker.call(
+                m.DeregisterReceiver(self.stream_id, message, describe_error(error), bad)
+            )
         except Exception:
             log.warning("could not deregister receiver %s", self.stream_id, exc_info=True)
 
