@@ -119,7 +119,7 @@ class ReceiverSupervisor:
         self.executor_id = executor_id
         self.host = host
         self._clock = clock or SystemClock()
-        self.storage_level = effective_level(receiver.storage_level, config, stream_id)
+        self.storage_level = effective_level(receiver.storage_level, config, stream_id, executor_id)
         self.block_store = BlockStore(self.storage_level, config.block_store_budget_bytes)
         # Metrics are counted around the push path, not in it (receiver/metrics.py).
         self.metrics = ReceiverMetrics()

@@ -68,3 +68,24 @@ def test_a_bad_record_under_fail_ends_the_run_at_the_first_one(tmp_path, redis_u
     assert pending[0] == bad_id and pending[-1] == "1", pending  # id ... times delivered
     assert "is not restarted again" not in run.text()  # the restart policy never had to
 
+
+def test_local_mode_says_once_as_information_that_blocks_are_kept_once(tmp_path):
+    """One executor can exist locally: its blocks' one copy is not a degraded level."""
+    run = IngestRun(
+        [
+            "--no-ui",
+            *("--source", "generator://?rate=500", "--sink", "console", "--progress", "lines"),
+            *("--seconds", "20s"),
+        ],
+        tmp_path / "ingest.log",
+        env={"SPARK_RECEIVERS_LOG_LEVEL": "INFO"},
+    )
+    try:
+        code = run.wait(600)
+    finally:
+        run.stop()
+    text = run.text()
+    assert code == 0, text[-3000:]
+    assert text.count("local mode has one executor: receivers keep 1 copy") == 1, text[-3000:]
+    assert "INFO spark_receivers.receiver.block_placement: local mode has one" in text
+    assert "instead of 2" not in text
