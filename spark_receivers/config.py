@@ -149,6 +149,14 @@ class StreamingConfig(DeploymentKeys):
         "Checkpoint directory (path or URI); '' = none. Set by StreamingContext(checkpoint_dir=).",
         old="spark.streaming.checkpointDir",
     )
+    job_id: str = key(
+        "",
+        "spark.receivers.jobId",
+        "The job's id in durable source names (MQTT client ids, Redis consumers): the same "
+        "for every restart of one job, different for every other job (letters, digits, '-', "
+        "'_', '.'); '' = a random id written once into the checkpoint directory, else the "
+        "Spark application id.",
+    )
     receiver_stop_timeout_s: float = key(
         10.0,
         "spark.receivers.receiver.stopTimeout",

@@ -108,6 +108,12 @@ def validate(cfg: Any) -> None:
     for f in dataclasses.fields(cfg):
         if isinstance(f.default, bool):
             _bool(cfg, f.name)
+    if cfg.job_id and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg.job_id):
+        msg = (
+            f"{_describe(cfg, 'job_id')} must be 1-64 letters, digits, '-', '_' or '.'; "
+            f"got {cfg.job_id!r}"
+        )
+        raise ConfigError(msg)
     if cfg.backpressure_rate_estimator not in RATE_ESTIMATORS:
         msg = (
             f"{_describe(cfg, 'backpressure_rate_estimator')} must be one of "

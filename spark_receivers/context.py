@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.config import StreamingConfig, spark_conf_of
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.deployment import prepare
+from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
 from spark_receivers.driver.progress import ProgressRecorder
@@ -261,6 +262,9 @@ class StreamingContext:
                 msg = "no output operation: call foreach_batch(...) on a stream before start()"
                 raise StateError(msg)
             check_local_cores(self._spark_conf.get("spark.master", ""), len(self._graph.inputs))
+            if self.checkpoint_dir and not self.config.job_id:
+                # Durable source names (MQTT client ids) come from the checkpoint's own id.
+                self.config = self.config.replace(job_id=checkpoint_job_id(self.checkpoint_dir))
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark.sparkContext, self.config, self._spark_conf)
             self._progress.new_run(stream_uuid(self.checkpoint_dir))

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from harness import HarnessSupervisor, wait_until
 
+from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import MqttReceiver
 from spark_receivers.receivers.mqtt_session import Drop, TakeoverDetector
@@ -151,6 +152,47 @@ def test_two_jobs_at_once_and_one_restarted_each_get_exactly_their_own(
     finally:
         sup_a.shutdown()
         sup_b.shutdown()
+
+
+def test_two_pods_with_their_own_checkpoint_at_the_same_path_keep_their_own_sessions(
+    mosquitto_port, publisher, tmp_path
+):
+    """Every pod of a deployment mounts its own volume at one path (issue 36): two jobs.
+
+    Simulated with one path string and two directories: pod A's volume is made at the
+    path, moved aside, and pod B's is made at the same path. Named after the path, both
+    jobs had one client id, kicked each other off the broker and lost acked messages.
+    """
+    tag = uuid.uuid4().hex[:8]
+    mount = tmp_path / "ckpt"
+    mount.mkdir()
+    id_a = checkpoint_job_id(str(mount))  # pod A's first start writes its id
+    mount.rename(tmp_path / "volume-a")
+    mount.mkdir()  # pod B's volume, at the same path
+    id_b = checkpoint_job_id(str(mount))
+    assert id_a != id_b
+
+    def job(topic, job_id):
+        receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+        sup = HarnessSupervisor(receiver, checkpoint_dir=str(mount), job_id=job_id).start()
+        assert receiver.wait_subscribed(10)
+        return receiver, sup
+
+    a, sup_a = job(f"pods/{tag}/a", id_a)
+    b, sup_b = job(f"pods/{tag}/b", id_b)
+    try:
+        assert a.client_name == f"spark-receivers-{id_a}-0" != b.client_name
+        publish(publisher, f"pods/{tag}/a", [f"a{i}" for i in range(600)])
+        publish(publisher, f"pods/{tag}/b", [f"b{i}" for i in range(600)])
+        assert sup_a.wait_for(600) == [f"a{i}" for i in range(600)]
+        assert sup_b.wait_for(600) == [f"b{i}" for i in range(600)]
+        assert wait_until(lambda: a.messages_acked == 600 and b.messages_acked == 600, 10)
+        assert sup_a.errors == sup_b.errors == [] and sup_a.restarts == sup_b.restarts == []
+    finally:
+        sup_a.shutdown()
+        sup_b.shutdown()
+    # pod A restarted: its volume mounted again (here, read where it is): its own id
+    assert checkpoint_job_id(str(tmp_path / "volume-a")) == id_a
 
 
 def test_a_second_client_with_the_same_id_is_detected_and_reported(mosquitto_port, publisher):
