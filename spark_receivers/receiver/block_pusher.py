@@ -7,7 +7,10 @@ per interval) or, reliably or with metadata, straight into a block of its own.
 Each block is stored by the block handler (its keepers and replicas, the WAL)
 and only then reported to the driver through the
 :class:`~spark_receivers.receiver.block_reporter.BlockReporter`, naming every
-copy; a block the driver refuses is removed from wherever it was put.
+copy; a block the driver refuses is removed from wherever it was put. No block
+carries a record longer than ``max_record_bytes``: such rows are taken out before
+the block is stored and handed to ``on_oversize`` (the receiver's bad-record
+policy; :mod:`~spark_receivers.receiver.bad_records`).
 
 Threads: the receiver's threads call the ``add_*``/``push_table`` methods;
 the generator's pushing thread calls :meth:`BlockPusher.push_cut_block`; the
@@ -25,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError
+from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, split_oversize
 from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.block_generator import BlockGenerator
 from spark_receivers.receiver.block_handler import BlockStoreResult, ReceivedBlockHandler
@@ -59,8 +63,12 @@ class BlockPusher:
         clock: Clock,
         endpoint: Callable[[], str],
         on_error: Callable[[str, BaseException], None],
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        on_oversize: Callable[[list[tuple[Any, int]], bool], None] | None = None,
     ) -> None:
         self.stream_id = stream_id
+        self.max_record_bytes = max_record_bytes
+        self._on_oversize = on_oversize
         self.handler = handler
         self.generator: BlockGenerator | None = None
         self._schema = schema
@@ -166,8 +174,27 @@ class BlockPusher:
         """Store a block, then report it; ``wait``: until the driver accepted it (or raise).
 
         Without ``wait`` (the pusher) a failed report drops the block from where it
-        was put and goes to ``on_error`` on the reporter's thread.
+        was put and goes to ``on_error`` on the reporter's thread. Rows longer than
+        ``max_record_bytes`` are not stored: they go to ``on_oversize(rows, not wait)``
+        after the others (which may raise, under ``fail``, once those are stored).
         """
+        table, oversize = split_oversize(table, self.max_record_bytes)
+        if table.num_rows:
+            self._store_and_report(block_id, table, metadata, generated_ms, wait)
+        if oversize:
+            if self._on_oversize is None:
+                msg = f"{len(oversize)} record(s) longer than {self.max_record_bytes} bytes"
+                raise ReceiverError(msg)
+            self._on_oversize(oversize, not wait)
+
+    def _store_and_report(
+        self,
+        block_id: m.StreamBlockId,
+        table: pa.Table,
+        metadata: dict[str, Any] | None,
+        generated_ms: int,
+        wait: bool,
+    ) -> None:
         name = block_id.name
         # Raises (no AddBlock) when the block store or the WAL failed.
         stored = self.handler.store_block(name, table, generated_ms)

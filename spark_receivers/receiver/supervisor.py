@@ -32,7 +32,9 @@ driver; ``AddBlock`` names every copy.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import json
 import logging
 import threading
 import traceback
@@ -41,6 +43,7 @@ from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BadRecordError, ReceiverError, StateError
+from spark_receivers.receiver.bad_records import BadRecordPolicy, too_long
 from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.block_generator import BlockGenerator
 from spark_receivers.receiver.block_handler import (
@@ -170,6 +173,8 @@ class ReceiverSupervisor:
             self._clock,
             lambda: self.endpoint,
             self.on_error,
+            getattr(receiver, "max_record_bytes", None) or config.receiver_max_record_bytes,
+            self._oversize,
         )
         self._generator = pusher.generator = BlockGenerator(
             self,
@@ -384,6 +389,28 @@ class ReceiverSupervisor:
             self.receiver,
             held,
         )
+
+    def _oversize(self, rows: list[tuple[Any, int]], pushing_thread: bool) -> None:
+        """Records too long for a block: the receiver's bad-record policy, one by one.
+
+        On the pushing thread a ``fail`` must not stop the receiver there (stopping
+        drains the generator, which waits for that very thread): it runs on its own.
+        """
+        limit = self._pusher.max_record_bytes
+        for record, size in rows:
+            value = record if isinstance(record, str | bytes) else json.dumps(record, default=str)
+            reason = f"a record of {too_long(size, limit)}"
+            if pushing_thread and self.receiver.bad_record_policy is BadRecordPolicy.FAIL:
+                name = f"receiver-{self.stream_id}-stop"
+                threading.Thread(
+                    target=self._fail_on, args=(value, reason), name=name, daemon=True
+                ).start()
+                return
+            self.receiver.handle_bad_record(value, reason)  # raises under "fail"
+
+    def _fail_on(self, value: str | bytes, reason: str) -> None:
+        with contextlib.suppress(BadRecordError):
+            self.receiver.handle_bad_record(value, reason)  # stops the receiver for good
 
     # --- BlockGeneratorListener -------------------------------------------------
 
