@@ -49,6 +49,7 @@ from spark_receivers.receivers.mqtt_session import (
     session_expiry,
     takeover_message,
 )
+from spark_receivers.receivers.mqtt_topics import check_topic_filter
 from spark_receivers.util.extras import PAHO_MQTT
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ class _Delivery:
 class MqttReceiver(ThreadedReceiver):
     """Stores the payloads (UTF-8) of the messages published on ``topic``.
 
-    ``topic`` may hold wildcards (``sensors/+/temp``, ``logs/#``). Under a
+    ``topic`` is an MQTT topic filter and may hold wildcards (``sensors/+/temp``,
+    ``logs/#``); an invalid one (``a/#/b``, ``a+/b``) is a :class:`ConfigError` here. Under a
     declared multi-column schema a record is a dict of the schema's fields
     among ``topic``, ``payload``, ``qos`` and ``retain``. A payload that is
     not UTF-8 (or a record that does not fit the schema) is a bad record,
@@ -142,9 +144,7 @@ class MqttReceiver(ThreadedReceiver):
             if value <= 0:
                 msg = f"{key} must be > 0, got {value!r}"
                 raise ConfigError(msg)
-        if not topic:
-            msg = "topic must be non-empty, got ''"
-            raise ConfigError(msg)
+        check_topic_filter(topic)
         if client_id is not None and not client_id:
             msg = "client_id must be a non-empty string or None (derived), got ''"
             raise ConfigError(msg)

@@ -102,6 +102,33 @@ def test_topic_and_payload_columns_under_a_declared_schema(mosquitto_port, publi
         sup.shutdown()
 
 
+@pytest.mark.parametrize(
+    ("topic", "rule"),
+    [
+        ("a/#/b", "'#' must be the last level"),
+        ("logs#", "'#' must stand alone in its level"),
+        ("sensors/a+/temp", "'+' must stand alone in a level"),
+        ("+a", "'+' must stand alone in a level"),
+        ("", "non-empty"),
+        ("a/\x00", "U+0000"),
+        ("x" * 65_536, "longer than 65,535 bytes"),
+        ("$share//t", "a shared subscription"),
+        ("$share/g", "needs a filter after the group"),
+        ("$share/g+/t", "a shared subscription"),
+        ("$share/g/a/#/b", "'#' must be the last level"),
+    ],
+)
+def test_an_invalid_topic_filter_is_refused_when_the_receiver_is_made(topic, rule):
+    with pytest.raises(ConfigError, match="invalid MQTT topic filter") as refused:
+        MqttReceiver("127.0.0.1", 1883, topic)
+    assert rule in str(refused.value)
+
+
+@pytest.mark.parametrize("topic", ["#", "a/#", "+", "+/+/#", "a/+/b", "/a//b/", "$share/g/a/+"])
+def test_valid_topic_filters_are_taken(topic):
+    assert MqttReceiver("127.0.0.1", 1883, topic).topic == topic
+
+
 def test_bad_options_are_refused():
     with pytest.raises(ConfigError, match="qos"):
         MqttReceiver("h", 1883, "t", qos=3)
