@@ -32,6 +32,7 @@ from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.driver.streaming_progress import StreamingProgress, stream_uuid
 from spark_receivers.errors import BadRecordError, ConfigError, StateError, StreamingError
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.source_support import JobName
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.stream import (
     DataFrameStream,
@@ -267,6 +268,9 @@ class StreamingContext:
                 self.config = self.config.replace(job_id=checkpoint_job_id(self.checkpoint_dir))
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark.sparkContext, self.config, self._spark_conf)
+            self._prepare_sources(
+                JobName(deployment.config.job_id, self.spark.sparkContext.applicationId or "")
+            )
             self._progress.new_run(stream_uuid(self.checkpoint_dir))
             # First the page (a port it cannot bind fails here, before anything runs).
             url = self._observability.start(
@@ -299,6 +303,20 @@ class StreamingContext:
             if self.config.stop_gracefully_on_shutdown:
                 self._sigterm.install()
         log.info("streaming context started with %d receiver(s)", len(self._graph.inputs))
+
+    def _prepare_sources(self, job: JobName) -> None:
+        """Let each receiver open its source's state now (an MQTT session; best effort)."""
+        for receiver in self._graph.receivers:
+            try:
+                receiver.prepare_source(job)
+            except Exception:
+                log.warning(
+                    "receiver %d (%s): could not prepare its source; what it publishes before "
+                    "the receiver connects may not be kept for it",
+                    receiver.stream_id,
+                    receiver.name,
+                    exc_info=True,
+                )
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the context stops; raise why it failed, if it did. False on timeout."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
 
@@ -18,6 +18,9 @@ from spark_receivers.receiver.schema import (
 )
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.util.extras import Requirement, require
+
+if TYPE_CHECKING:
+    from spark_receivers.receiver.source_support import JobName
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +172,19 @@ class Receiver:
     def on_stop(self) -> None:
         """Stop receiving and release what :meth:`on_start` took."""
         raise NotImplementedError
+
+    def prepare_source(self, job: JobName) -> None:
+        """Have the source keep what it gets for this receiver from now on (driver, once).
+
+        Called by ``StreamingContext.start()`` for each receiver before its task is
+        launched, with the :class:`~spark_receivers.receiver.source_support.JobName`
+        its durable names derive from. A source that keeps state per client (an MQTT
+        broker's session) can open that state here, so that what is published between
+        the start and the moment the receiver's task connects (seconds, or minutes on
+        a busy cluster) waits for it. Best effort and bounded (a few seconds): an
+        exception is logged as a warning and the start goes on. Keep nothing on
+        ``self`` that cannot be pickled. The default does nothing.
+        """
 
     # --- to call ------------------------------------------------------------
 

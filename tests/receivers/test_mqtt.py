@@ -14,6 +14,7 @@ from harness import HarnessSupervisor, wait_until
 
 from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.source_support import JobName
 from spark_receivers.receivers import MqttReceiver
 from spark_receivers.receivers.mqtt_session import Drop, TakeoverDetector
 
@@ -41,6 +42,13 @@ def names() -> tuple[str, str]:
 
 def start(receiver: MqttReceiver) -> HarnessSupervisor:
     sup = HarnessSupervisor(receiver).start()
+    assert receiver.wait_subscribed(10), "receiver did not subscribe"
+    return sup
+
+
+def start_as(receiver: MqttReceiver, job: JobName) -> HarnessSupervisor:
+    """Start ``receiver`` as a task of ``job`` (stream 0)."""
+    sup = HarnessSupervisor(receiver, job_id=job.job_id, app_id=job.app_id).start()
     assert receiver.wait_subscribed(10), "receiver did not subscribe"
     return sup
 
@@ -73,19 +81,64 @@ def test_messages_published_while_stopped_arrive_after_restart(mosquitto_port, p
         sup2.shutdown()
 
 
-def test_a_message_whose_store_failed_is_redelivered(mosquitto_port, publisher):
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_message_whose_store_failed_is_redelivered(mosquitto_port, publisher, qos):
+    """At QoS 2 too (issue 36): paho answers PUBREC before the receiver has the message,
+    after which the broker only repeats PUBREL; subscribed at QoS 1 it is redelivered."""
     topic, client_id = names()
-    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id)
+    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id, qos=qos)
     sup = start(receiver)
     try:
         sup.fail_stores = OSError("driver unreachable")
-        publish(publisher, topic, ["precious"])
+        publish(publisher, topic, ["precious"], qos=qos)
         assert wait_until(lambda: sup.restarts, 10)
         assert receiver.messages_acked == 0
         sup.fail_stores = None
         assert sup.wait_for(1, 20) == ["precious"]  # the broker sent it again
     finally:
         sup.shutdown()
+
+
+def test_what_is_published_between_the_start_and_the_receivers_connection_waits_for_it(
+    mosquitto_port, publisher
+):
+    """The context opens the session at start (prepare_source, on the driver): a receiver's
+    task connects seconds or minutes later, and a broker keeps for a subscriber only what is
+    published once its subscription exists (issue 36: a burst right after start was lost)."""
+    topic, _ = names()
+    job = JobName(job_id=uuid.uuid4().hex[:16])
+    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+    receiver._stream_id = 0  # as the context numbers it
+    receiver.prepare_source(job)  # StreamingContext.start()
+    publish(publisher, topic, [f"early {i}" for i in range(300)])
+    sup = start_as(receiver, job)
+    try:
+        assert sup.wait_for(300) == [f"early {i}" for i in range(300)]
+        assert receiver.client_name == f"spark-receivers-{job.job_id}-0"
+    finally:
+        sup.shutdown()
+
+
+def test_a_retained_message_is_stored_once_per_job_not_at_every_start(mosquitto_port, publisher):
+    """3 starts of one job (its checkpoint's job id) store the retained message once."""
+    topic, _ = names()
+    publisher.publish(topic, "retained state", qos=1, retain=True).wait_for_publish(10)
+    job = JobName(job_id=uuid.uuid4().hex[:16])
+    stored = []
+    try:
+        for run in range(3):
+            receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+            receiver._stream_id = 0
+            receiver.prepare_source(job)  # each start of the job, as the context does
+            sup = start_as(receiver, job)
+            publish(publisher, topic, [f"run {run}"])
+            stored += sup.wait_for(1 if run else 2)
+            acked = len(sup.records)  # then shut down: an unacked one would come again
+            assert wait_until(lambda r=receiver, n=acked: r.messages_acked == n, 5)
+            sup.shutdown()
+        assert stored == ["retained state", "run 0", "run 1", "run 2"]
+    finally:
+        publisher.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)  # clear it
 
 
 def test_topic_and_payload_columns_under_a_declared_schema(mosquitto_port, publisher):
@@ -324,6 +377,39 @@ def test_a_binary_payload_is_skipped_or_dead_lettered_and_acked(
         (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
         assert letter["key"] == f"topic {topic}"
         assert base64.b64decode(letter["base64"]) == b"x\xff"
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_a_payload_over_max_record_bytes_goes_by_the_policy_and_the_others_arrive(
+    mosquitto_port, publisher, tmp_path, policy
+):
+    """A 3 MiB message among small ones (issue 36: one of 100 MB was PUBACKed and the
+    driver's JVM died; nothing reached the sink)."""
+    topic, client_id = names()
+    receiver = MqttReceiver(
+        "127.0.0.1",
+        mosquitto_port,
+        topic,
+        client_id=client_id,
+        bad_record_policy=policy,
+        dead_letter_dir=str(tmp_path) if policy == "dead_letter" else None,
+    )
+    sup = start(receiver)
+    big = b"z" * (3 * 1024 * 1024)
+    try:
+        publish(publisher, topic, [b"before", big, b"after"])
+        assert sup.wait_for(2) == ["before", "after"]
+        assert wait_until(lambda: receiver.messages_acked == 3, 5)  # the big one too
+        (error,) = sup.wait_for_errors(1)
+        assert f"message on '{topic}' is 3,145,728 bytes, longer than max_record_bytes" in error
+        assert sup.restarts == [] and receiver.bad_records == 1
+    finally:
+        sup.shutdown()
+    if policy == "dead_letter":
+        (path,) = tmp_path.glob("stream-0-*.jsonl")
+        (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert letter["key"] == f"topic {topic}" and letter["bytes"] == len(big)
+        assert (tmp_path / letter["file"]).read_bytes() == big
 
 
 def test_a_binary_payload_under_fail_stops_and_is_not_acked(mosquitto_port, publisher):
