@@ -21,14 +21,17 @@ a subscriber only what is published once its subscription exists.
 **QoS 2 is received as QoS 1**: in QoS 2 the subscriber takes a message over with
 PUBREC, which paho sends before the message reaches the receiver, so a connection
 lost (or a stop) before the store lost it; at QoS 1 it is acked after the store.
+An MQTT 5 receiver asks the broker for ``max_batch`` messages in flight (Receive
+Maximum): with mosquitto's default window of 20 a burst waited in the broker's queue,
+which drops what passes ``max_queued_messages`` (1000).
 **Retained messages** are stored once per session under MQTT 5 (asked for only by a
 new subscription); MQTT 3.1.1 has no such option: the broker sends them again at
 every connection. A second client with the same id takes the session over; the
 receiver tells the driver (:mod:`spark_receivers.receivers.mqtt_session`) and each
 lost connection restarts it with a growing backoff, so the restart policy ends the
 fight. For MQTT 3.1.1 clients the broker's in-flight window (mosquitto's
-``max_inflight_messages``, 20 by default) bounds a batch; an MQTT 5 receiver asks
-for no window (65,535). docs/receivers.md says which broker settings lose nothing.
+``max_inflight_messages``, 20 by default) bounds a batch. docs/receivers.md says
+which broker settings lose nothing.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("5", "3.1.1")
+MAX_RECEIVE = 65_535
+"""The largest MQTT 5 Receive Maximum (messages in flight to the client)."""
 CLIENT_PREFIX = "spark-receivers"
 
 
@@ -306,6 +311,9 @@ class MqttReceiver(ThreadedReceiver):
 
             properties = Properties(PacketTypes.CONNECT)
             properties.SessionExpiryInterval = expiry
+            # As many in flight as a batch holds: mosquitto's default window is 20, and
+            # what waits beyond it in the broker's queue is dropped past its limit.
+            properties.ReceiveMaximum = min(self.max_batch, MAX_RECEIVE)
             client.connect(
                 self.host,
                 self.port,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import threading
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pyarrow as pa
@@ -139,6 +143,59 @@ def test_a_retained_message_is_stored_once_per_job_not_at_every_start(mosquitto_
         assert stored == ["retained state", "run 0", "run 1", "run 2"]
     finally:
         publisher.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)  # clear it
+
+
+@pytest.fixture(scope="module")
+def stock_mosquitto(tmp_path_factory):
+    """A mosquitto with its own defaults for the queues: 20 in flight, 1000 queued."""
+    root = tmp_path_factory.mktemp("stock-mosquitto")
+    (root / "stock.conf").write_text("max_inflight_messages 20\nmax_queued_messages 1000\n")
+    env = {
+        **os.environ,
+        "SPARK_RECEIVERS_SERVICES_DIR": str(root / "services"),
+        "SPARK_RECEIVERS_MOSQUITTO_CONF": str(root / "stock.conf"),
+    }
+    script = Path(__file__).resolve().parents[2] / "scripts" / "services.sh"
+    done = subprocess.run(
+        ["bash", str(script), "start", "mosquitto"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    yield int(done.stdout.split()[-1])
+    subprocess.run(["bash", str(script), "stop", "mosquitto"], env=env, capture_output=True)
+
+
+def test_a_burst_waits_in_flight_for_the_receiver_not_in_the_brokers_queue(stock_mosquitto):
+    """mosquitto's defaults keep 20 messages in flight to a client and queue 1000 more,
+    dropping the rest. A receiver acks a batch only once it is stored (slower than a
+    client that acks on receipt), so a burst piled up in the queue and was dropped past
+    it while a control subscriber on the same broker lost nothing (issue 36: 1,560 of
+    3,000). The receiver asks for max_batch in flight (MQTT 5 Receive Maximum)."""
+    topic, client_id = names()
+    receiver = MqttReceiver("127.0.0.1", stock_mosquitto, topic, client_id=client_id)
+    sup = start(receiver)
+    sup.store_delay_s = 0.3  # a reliable store of a busy job
+    got: list[str] = []
+    control = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"control-{client_id}")
+    control.on_message = lambda c, u, m: got.append(m.payload.decode())
+    subscribed = threading.Event()
+    control.on_subscribe = lambda *_: subscribed.set()
+    control.connect("127.0.0.1", stock_mosquitto)
+    control.loop_start()
+    control.subscribe(topic, 1)
+    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"pub-{client_id}")
+    pub.connect("127.0.0.1", stock_mosquitto)
+    pub.loop_start()
+    try:
+        assert subscribed.wait(10)
+        payloads = [f"m{i}" for i in range(1500)]
+        publish(pub, topic, payloads)
+        assert sup.wait_for(1500, 60) == payloads
+        assert wait_until(lambda: len(got) == 1500, 10)
+    finally:
+        sup.shutdown()
+        for client in (control, pub):
+            client.disconnect()
+            client.loop_stop()
 
 
 def test_topic_and_payload_columns_under_a_declared_schema(mosquitto_port, publisher):
