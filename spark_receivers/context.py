@@ -30,7 +30,13 @@ from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.status_api import StreamDescription
 from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.driver.streaming_progress import StreamingProgress, stream_uuid
-from spark_receivers.errors import BadRecordError, ConfigError, StateError, StreamingError
+from spark_receivers.errors import (
+    BadRecordError,
+    ConfigError,
+    ReceiverError,
+    StateError,
+    StreamingError,
+)
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.source_support import JobName
 from spark_receivers.rpc.auth import new_secret
@@ -309,13 +315,14 @@ class StreamingContext:
         for receiver in self._graph.receivers:
             try:
                 receiver.prepare_source(job)
-            except Exception:
+            except Exception as e:
                 log.warning(
-                    "receiver %d (%s): could not prepare its source; what it publishes before "
-                    "the receiver connects may not be kept for it",
+                    "receiver %d (%s): could not prepare its source (%s); what is sent to it "
+                    "before the receiver connects may not be kept for it",
                     receiver.stream_id,
                     receiver.name,
-                    exc_info=True,
+                    e,
+                    exc_info=not isinstance(e, ReceiverError),  # an expected one: no stack
                 )
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
