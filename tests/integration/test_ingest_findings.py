@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 from ingest_run import IngestRun
 from service_fixtures import redis_url  # noqa: F401
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def redis_cli(url: str, *args: str, data: bytes | None = None) -> str:
