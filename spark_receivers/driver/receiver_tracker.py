@@ -47,7 +47,7 @@ from spark_receivers.driver.scheduling_policy import (
 )
 from spark_receivers.driver.status import ReceiverStatus
 from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts, check_block
-from spark_receivers.errors import BadRecordError, RpcError, StateError
+from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
 from spark_receivers.util.clock import Clock, SystemClock
@@ -392,39 +392,17 @@ class ReceiverTracker:
         if error:  # it stopped or restarts after a failure: as loud as a ReportError
             self._bus.post("on_receiver_error", stopped)
         self._bus.post("on_receiver_stopped", stopped)
-        if bad_record:
-            self._fail_for_good(stream_id, text)
-        elif error:
-            self._count_failure(stream_id, text)
+        if error:
+            self._count_failure(stream_id, text, bad_record)
         return True
 
-    def _fail_for_good(self, stream_id: int, message: str) -> None:
-        """The receiver stopped at a bad record under ``fail``: never restart it, fail now.
-
-        The context fails with a :class:`BadRecordError` (it processes what was received
-        before it stops: the pipeline is sound, only a record was bad).
-        """
+    def _count_failure(self, stream_id: int, message: str, bad_record: bool = False) -> None:
+        """Count a failure under the restart policy; past it (a bad record: at once), fail."""
         with self._lock:
             r = self._receivers[stream_id]
             started = self._state is TrackerState.STARTED
-            if started:
-                r.restarts.gave_up = True  # never registered or relaunched again
-        if not started:
-            return
-        error = BadRecordError(
-            f"receiver {stream_id} ({r.receiver.name}) stopped for good "
-            f"(bad_record_policy=fail) and is not restarted: {message}"
-        )
-        self._record_error(stream_id, str(error), r.error)
-        if self._on_fatal is not None:
-            self._on_fatal(error)
-
-    def _count_failure(self, stream_id: int, message: str) -> None:
-        """Count a failure under the restart policy; past it, fail the context."""
-        with self._lock:
-            r = self._receivers[stream_id]
-            started = self._state is TrackerState.STARTED
-            error = r.failed(self._clock.get_time_ms(), message) if started else None
+            now = self._clock.get_time_ms()
+            error = r.failed(now, message, bad_record) if started else None
         if error is not None:
             self._record_error(stream_id, str(error), r.error)
             if self._on_fatal is not None:

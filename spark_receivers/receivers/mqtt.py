@@ -8,30 +8,10 @@ in the order they arrived. A message whose store failed, or that arrived on
 a connection that has since dropped, is never acked: the broker delivers it
 again when the session reconnects (at least once, never lost).
 
-**The client id is the key of the broker's session** (its subscriptions, the
-messages queued for it while it is away): by default
-``spark-receivers-<job>-<stream id>`` (:meth:`ThreadedReceiver.durable_name`), the
-job being its id (``spark.receivers.jobId``, else a random id its checkpoint keeps,
-read back by every restart from it wherever it is mounted), else the Spark
-application id; never a path, which every pod of a deployment shares. **The
-session is opened when the context starts** (:meth:`MqttReceiver.prepare_source`),
-not when the receiver's task connects seconds or minutes later: a broker keeps for
-a subscriber only what is published once its subscription exists.
-
-**QoS 2 is received as QoS 1**: in QoS 2 the subscriber takes a message over with
-PUBREC, which paho sends before the message reaches the receiver, so a connection
-lost (or a stop) before the store lost it; at QoS 1 it is acked after the store.
-An MQTT 5 receiver asks the broker for ``max_batch`` messages in flight (Receive
-Maximum): with mosquitto's default window of 20 a burst waited in the broker's queue,
-which drops what passes ``max_queued_messages`` (1000).
-**Retained messages** are stored once per session under MQTT 5 (asked for only by a
-new subscription); MQTT 3.1.1 has no such option: the broker sends them again at
-every connection. A second client with the same id takes the session over; the
-receiver tells the driver (:mod:`spark_receivers.receivers.mqtt_session`) and each
-lost connection restarts it with a growing backoff, so the restart policy ends the
-fight. For MQTT 3.1.1 clients the broker's in-flight window (mosquitto's
-``max_inflight_messages``, 20 by default) bounds a batch. docs/receivers.md says
-which broker settings lose nothing.
+The session, its client id (from the job's id, never a path), its opening when the
+context starts, QoS 2 received as 1, retained messages once per session, the window
+asked of the broker and takeovers: :mod:`spark_receivers.receivers.mqtt_session`.
+docs/receivers.md says which broker settings lose nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +31,9 @@ from spark_receivers.receivers.mqtt_session import (
     NEVER_EXPIRES,
     TakeoverDetector,
     open_session,
+    send_connect,
     session_expiry,
+    subscribe,
     takeover_message,
 )
 from spark_receivers.receivers.mqtt_topics import check_topic_filter
@@ -63,8 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("5", "3.1.1")
-MAX_RECEIVE = 65_535
-"""The largest MQTT 5 Receive Maximum (messages in flight to the client)."""
 CLIENT_PREFIX = "spark-receivers"
 
 
@@ -81,18 +61,15 @@ class MqttReceiver(ThreadedReceiver):
     messages before it and stops the receiver for good with the error (the driver
     fails the context). ``include_timestamp=True`` adds when each message arrived.
 
-    The session (see the module doc): ``client_id`` (default: unique to the
-    job's stream, see :attr:`client_name`); ``clean_session=False`` (default)
-    keeps it on the broker across reconnects and restarts, so messages
-    published while the receiver is away wait for it; ``True`` starts afresh
-    on every connection, losing those and the unacked in-flight ones.
-    ``session_expiry_s`` (MQTT 5): how long the broker keeps a persistent
-    session of a client that went away; None means never for an explicit
-    ``client_id`` or one derived from the job's id, and an hour for one
-    derived from the application id (no later job could resume it).
-    ``protocol``: ``"5"`` (default; needed to detect a session takeover and to
-    store retained messages once) or ``"3.1.1"`` for brokers without MQTT 5.
-    ``qos``: 0, or 1 (default); 2 is received as 1 (see the module doc).
+    The session (:mod:`~spark_receivers.receivers.mqtt_session`): ``client_id``
+    (default: unique to the job's stream, :attr:`client_name`);
+    ``clean_session=False`` (default) keeps it on the broker across reconnects and
+    restarts, so what is published while the receiver is away waits for it;
+    ``True`` starts afresh on every connection, losing that. ``session_expiry_s``
+    (MQTT 5): how long the broker keeps the session of a client that went away
+    (:func:`~spark_receivers.receivers.mqtt_session.session_expiry`). ``protocol``:
+    ``"5"`` (default; detects takeovers, stores retained messages once) or
+    ``"3.1.1"``. ``qos``: 0, or 1 (default); 2 is received as 1.
 
     Any lost connection ends the run: the receiver restarts with the backoff
     of :class:`ThreadedReceiver` (``max_backoff_ms`` caps it), and the driver
@@ -304,25 +281,10 @@ class MqttReceiver(ThreadedReceiver):
         return client
 
     def _send_connect(self, client: mqtt.Client, expiry: int) -> None:
-        """Send the CONNECT: a persistent session unless ``clean_session``; OSError: unreachable."""
-        if self.protocol == "5":
-            from paho.mqtt.packettypes import PacketTypes
-            from paho.mqtt.properties import Properties
-
-            properties = Properties(PacketTypes.CONNECT)
-            properties.SessionExpiryInterval = expiry
-            # As many in flight as a batch holds: mosquitto's default window is 20, and
-            # what waits beyond it in the broker's queue is dropped past its limit.
-            properties.ReceiveMaximum = min(self.max_batch, MAX_RECEIVE)
-            client.connect(
-                self.host,
-                self.port,
-                keepalive=self.keepalive_s,
-                clean_start=self.clean_session,
-                properties=properties,
-            )
-        else:
-            client.connect(self.host, self.port, keepalive=self.keepalive_s)
+        """Send the CONNECT (see :func:`send_connect`); OSError when unreachable."""
+        v5 = self.protocol == "5"
+        settings = (self.keepalive_s, v5, self.clean_session, expiry, self.max_batch)
+        send_connect(client, self.host, self.port, *settings)
 
     def _connect(self) -> mqtt.Client:
         client = self._new_client(self.client_name)
@@ -376,20 +338,8 @@ class MqttReceiver(ThreadedReceiver):
             self.client_name,
             flags.session_present,
         )
-        if self.protocol == "5":
-            from paho.mqtt.subscribeoptions import SubscribeOptions
-
-            # Retained messages once per session: only for a new subscription, unless the
-            # session opened at start was new (its subscription asked for none).
-            handling = (
-                SubscribeOptions.RETAIN_SEND_ON_SUBSCRIBE
-                if self.retained_wanted
-                else SubscribeOptions.RETAIN_SEND_IF_NEW_SUB
-            )
-            options = SubscribeOptions(qos=self.subscription_qos, retainHandling=handling)
-            client.subscribe(self.topic, options=options)
-        else:
-            client.subscribe(self.topic, self.subscription_qos)
+        v5 = self.protocol == "5"
+        subscribe(client, self.topic, self.subscription_qos, v5, self.retained_wanted)
 
     def _on_subscribe(
         self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, properties: Any

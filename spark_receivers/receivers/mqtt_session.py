@@ -1,12 +1,26 @@
-"""The MQTT session of an ``MqttReceiver``: opened ahead, its expiry, a takeover from a blip.
+"""The MQTT session of an ``MqttReceiver``: its terms, opened ahead, a takeover from a blip.
 
 A client id is the key of a broker's session: its subscriptions and the
-messages queued for it while its client is away. A broker keeps for a
-subscriber only what is published once its subscription exists, and a
-receiver's task connects seconds (on a busy cluster, a minute) after its job
-started: so :func:`open_session` opens the session on the driver when the
-context starts (connect, subscribe, disconnect), and what is published from
-then on waits for the receiver.
+messages queued for it while its client is away. The receiver's is
+``spark-receivers-<job>-<stream id>``: the job's id (``spark.receivers.jobId``,
+else a random id its checkpoint keeps, read back by every restart from it
+wherever it is mounted), else the Spark application id; never a path, which
+every pod of a deployment shares. A broker keeps for a subscriber only what is
+published once its subscription exists, and a receiver's task connects seconds
+(on a busy cluster, a minute) after its job started: so :func:`open_session`
+opens the session on the driver when the context starts (connect, subscribe,
+disconnect), and what is published from then on waits for the receiver.
+
+The terms (:func:`send_connect`, :func:`subscribe`): a persistent session unless
+asked otherwise, with :func:`session_expiry`; under MQTT 5 ``max_batch`` messages
+in flight (Receive Maximum: with mosquitto's default window of 20 a burst waited in
+the broker's queue, which drops what passes ``max_queued_messages``). QoS 2 is
+subscribed as QoS 1: in QoS 2 the subscriber takes a message over with PUBREC,
+which paho sends before the message reaches the receiver, so a connection lost (or
+a stop) before the store lost it; at QoS 1 it is acked after the store. Retained
+messages are asked for only by a new subscription (MQTT 5), so stored once per
+session; MQTT 3.1.1 has no such option and the broker sends them again at every
+connection.
 
 When a second client connects with the same id, the broker closes the first
 one's connection: an MQTT 5 broker may say so (a DISCONNECT with reason code
@@ -35,7 +49,9 @@ __all__ = [
     "Drop",
     "TakeoverDetector",
     "open_session",
+    "send_connect",
     "session_expiry",
+    "subscribe",
     "takeover_message",
 ]
 
@@ -122,6 +138,57 @@ def open_session(
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+MAX_RECEIVE = 65_535
+"""The largest MQTT 5 Receive Maximum (messages in flight to the client)."""
+
+
+def send_connect(
+    client: mqtt.Client,
+    host: str,
+    port: int,
+    keepalive_s: int,
+    v5: bool,
+    clean: bool,
+    expiry: int,
+    in_flight: int,
+) -> None:
+    """Send the CONNECT of a receiver's session (OSError when the broker is unreachable).
+
+    MQTT 5: a clean start only if ``clean``, the session expiry ``expiry`` and a
+    Receive Maximum of ``in_flight`` (a batch's worth). MQTT 3.1.1: the client's
+    own clean-session flag.
+    """
+    if not v5:
+        client.connect(host, port, keepalive=keepalive_s)
+        return
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    properties = Properties(PacketTypes.CONNECT)
+    properties.SessionExpiryInterval = expiry
+    properties.ReceiveMaximum = min(in_flight, MAX_RECEIVE)
+    client.connect(host, port, keepalive=keepalive_s, clean_start=clean, properties=properties)
+
+
+def subscribe(client: mqtt.Client, topic: str, qos: int, v5: bool, retained: bool) -> None:
+    """Subscribe at ``qos``; under MQTT 5 retained messages only for a new subscription.
+
+    ``retained``: ask for them anyway (the receiver's first subscription, when the
+    session opened at start was new: that one asked for none).
+    """
+    if not v5:
+        client.subscribe(topic, qos)
+        return
+    from paho.mqtt.subscribeoptions import SubscribeOptions
+
+    handling = (
+        SubscribeOptions.RETAIN_SEND_ON_SUBSCRIBE
+        if retained
+        else SubscribeOptions.RETAIN_SEND_IF_NEW_SUB
+    )
+    client.subscribe(topic, options=SubscribeOptions(qos=qos, retainHandling=handling))
 
 
 def session_expiry(
