@@ -86,7 +86,9 @@ def test_a_receiver_failing_past_max_restarts_fails_the_context_with_the_cause(m
     assert "spark.receivers.receiver.restartWindow=60s" in text
     assert text.endswith("last failure: cannot listen on 127.0.0.1:8080: in use")
     # ... reported in the listener, and the receiver is not run again.
-    kind, info = events.wait(9)[-1]  # started, 3 x (stopped, started), stopped, error
+    # started, 3 x (error, stopped, started), error, stopped, error: wait for them all (the
+    # bus delivers them on its own thread; waiting for fewer raced with the last ones)
+    kind, info = events.wait(13)[-1]
     assert kind == "error" and info.last_error_message == text
     assert tracker.receiver_statuses()[0].last_error_message == text
     assert register(tracker, 0, where(tracker)) is False
