@@ -54,6 +54,7 @@ UNITS = {
     "receiver_wal_max_failures": "attempts",
     "driver_wal_max_failures": "attempts",
     "checkpoint_dir": "path or URI",
+    "job_id": "name",
     "batch_read_partitions": "tasks",
     "receiver_max_restarts": "restarts (-1: no limit)",
     "lost_block_policy": "fail or skip",

@@ -9,7 +9,9 @@
 #   scripts/services.sh install redis|mosquitto|chromium|all  # only installs (apt-get)
 #
 # State lives in $SPARK_RECEIVERS_SERVICES_DIR (default /tmp/spark-receivers-services-$UID),
-# one folder per server. A missing binary is installed with apt-get (after one
+# one folder per server. $SPARK_RECEIVERS_MOSQUITTO_CONF, when set, names a file whose
+# lines are appended to mosquitto's config (a test's broker: persistence, queue limits;
+# the last value of a setting wins). A missing binary is installed with apt-get (after one
 # `apt-get update`); an installed one is used as it is. `start` on a running server
 # prints its port and does nothing else. chromium (with chromium-driver: Debian's headless
 # browser for the status page test, never a browser download) is install-only.
@@ -21,7 +23,7 @@ PATH="$PATH:/usr/sbin:/sbin"
 die() { echo "services.sh: $*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -131,6 +133,10 @@ log_dest file $dir/log
 max_inflight_messages 1000
 max_queued_messages 1000000
 EOF
+            if [ -n "${SPARK_RECEIVERS_MOSQUITTO_CONF:-}" ]; then
+                cat "$SPARK_RECEIVERS_MOSQUITTO_CONF" >> "$dir/mosquitto.conf" \
+                    || die "cannot read SPARK_RECEIVERS_MOSQUITTO_CONF=$SPARK_RECEIVERS_MOSQUITTO_CONF"
+            fi
             mosquitto -c "$dir/mosquitto.conf" -d >>"$dir/log" 2>&1
             ;;
     esac

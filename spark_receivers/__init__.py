@@ -24,6 +24,7 @@ from spark_receivers.driver.streaming_progress import (
 )
 from spark_receivers.errors import (
     AuthenticationError,
+    BadRecordError,
     BlockNotFoundError,
     BlockStoreError,
     CheckpointError,
@@ -62,6 +63,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AuthenticationError",
+    "BadRecordError",
     "BatchInfo",
     "BlockLostInfo",
     "BlockNotFoundError",

@@ -35,6 +35,7 @@ from typing import Any
 from spark_receivers.config_checks import RATE_ESTIMATORS, parse, validate
 from spark_receivers.config_deploy import LOCAL_BLOCK_STORE_MEMORY, DeploymentKeys, key
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES
 from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,21 @@ class StreamingConfig(DeploymentKeys):
         "spark.receivers.checkpointDir",
         "Checkpoint directory (path or URI); '' = none. Set by StreamingContext(checkpoint_dir=).",
         old="spark.streaming.checkpointDir",
+    )
+    receiver_max_record_bytes: int = key(
+        DEFAULT_MAX_RECORD_BYTES,
+        "spark.receivers.receiver.maxRecordBytes",
+        "The longest record a built-in receiver takes (512k, 1m, at most 64m); a longer one "
+        "is a bad record (its receiver's bad_record_policy), and no block carries one: a "
+        "row that large could kill the executor's JVM. A receiver's max_record_bytes wins.",
+    )
+    job_id: str = key(
+        "",
+        "spark.receivers.jobId",
+        "The job's id in durable source names (MQTT client ids, Redis consumers): the same "
+        "for every restart of one job, different for every other job (letters, digits, '-', "
+        "'_', '.'); '' = a random id written once into the checkpoint directory, else the "
+        "Spark application id.",
     )
     receiver_stop_timeout_s: float = key(
         10.0,

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.bad_records import check_max_record_bytes
 from spark_receivers.util.durations import parse_duration
 
 RATE_ESTIMATORS = ("pid",)
@@ -108,6 +109,15 @@ def validate(cfg: Any) -> None:
     for f in dataclasses.fields(cfg):
         if isinstance(f.default, bool):
             _bool(cfg, f.name)
+    check_max_record_bytes(
+        cfg.receiver_max_record_bytes, _describe(cfg, "receiver_max_record_bytes")
+    )
+    if cfg.job_id and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", cfg.job_id):
+        msg = (
+            f"{_describe(cfg, 'job_id')} must be 1-64 letters, digits, '-', '_' or '.'; "
+            f"got {cfg.job_id!r}"
+        )
+        raise ConfigError(msg)
     if cfg.backpressure_rate_estimator not in RATE_ESTIMATORS:
         msg = (
             f"{_describe(cfg, 'backpressure_rate_estimator')} must be one of "

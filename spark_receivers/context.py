@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.config import StreamingConfig, spark_conf_of
 from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.driver.deployment import prepare
+from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.driver.job_scheduler import JobScheduler
 from spark_receivers.driver.listener import ListenerBus, StreamingListener
 from spark_receivers.driver.progress import ProgressRecorder
@@ -29,8 +30,15 @@ from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.status_api import StreamDescription
 from spark_receivers.driver.stream_graph import StreamGraph
 from spark_receivers.driver.streaming_progress import StreamingProgress, stream_uuid
-from spark_receivers.errors import ConfigError, StateError, StreamingError
+from spark_receivers.errors import (
+    BadRecordError,
+    ConfigError,
+    ReceiverError,
+    StateError,
+    StreamingError,
+)
 from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.source_support import JobName
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.stream import (
     DataFrameStream,
@@ -261,8 +269,14 @@ class StreamingContext:
                 msg = "no output operation: call foreach_batch(...) on a stream before start()"
                 raise StateError(msg)
             check_local_cores(self._spark_conf.get("spark.master", ""), len(self._graph.inputs))
+            if self.checkpoint_dir and not self.config.job_id:
+                # Durable source names (MQTT client ids) come from the checkpoint's own id.
+                self.config = self.config.replace(job_id=checkpoint_job_id(self.checkpoint_dir))
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark.sparkContext, self.config, self._spark_conf)
+            self._prepare_sources(
+                JobName(deployment.config.job_id, self.spark.sparkContext.applicationId or "")
+            )
             self._progress.new_run(stream_uuid(self.checkpoint_dir))
             # First the page (a port it cannot bind fails here, before anything runs).
             url = self._observability.start(
@@ -295,6 +309,21 @@ class StreamingContext:
             if self.config.stop_gracefully_on_shutdown:
                 self._sigterm.install()
         log.info("streaming context started with %d receiver(s)", len(self._graph.inputs))
+
+    def _prepare_sources(self, job: JobName) -> None:
+        """Let each receiver open its source's state now (an MQTT session; best effort)."""
+        for receiver in self._graph.receivers:
+            try:
+                receiver.prepare_source(job)
+            except Exception as e:
+                log.warning(
+                    "receiver %d (%s): could not prepare its source (%s); what is sent to it "
+                    "before the receiver connects may not be kept for it",
+                    receiver.stream_id,
+                    receiver.name,
+                    e,
+                    exc_info=not isinstance(e, ReceiverError),  # an expected one: no stack
+                )
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the context stops; raise why it failed, if it did. False on timeout."""
@@ -329,9 +358,13 @@ class StreamingContext:
 
     def _on_failure(self) -> None:
         # Called on the failing thread (a batch thread, the timer, a launcher): never
-        # stop from it, since stopping joins those very threads.
+        # stop from it, since stopping joins those very threads. A receiver stopped at a
+        # bad record (bad_record_policy=fail) leaves a sound pipeline: what it stored
+        # before, and the source acknowledged, is processed first.
+        error = self._scheduler.error if self._scheduler is not None else None
+        graceful = isinstance(error, BadRecordError)
         threading.Thread(
-            target=self.stop, kwargs={"graceful": False}, name="streaming-stop", daemon=True
+            target=self.stop, kwargs={"graceful": graceful}, name="streaming-stop", daemon=True
         ).start()
 
     # --- progress and status -------------------------------------------------------

@@ -36,6 +36,15 @@ class ReceiverError(SparkReceiversError):
     """
 
 
+class BadRecordError(ReceiverError):
+    """A receiver met a record it cannot take under ``bad_record_policy='fail'``.
+
+    The receiver stops with it for good: the driver does not restart it (it would
+    meet the same record again), processes what was received before it, and fails
+    the streaming context with an error naming the stream and why the record is bad.
+    """
+
+
 class BlockStoreError(SparkReceiversError):
     """A block could not be stored, found or read (in the receiver's task or a read task)."""
 

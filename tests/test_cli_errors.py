@@ -71,6 +71,13 @@ BAD = [
      "error: source mqtt://user:***@127.0.0.1/t?qos=7: parameter qos must be one of 0, 1, 2"),
     (["ingest", "--source", "generator://", "--sink", "console", "--master", "local[1]"],
      "error: master 'local[1]' has 1 core(s) but 1 receiver(s)"),
+    # an invalid topic filter (issue 36): refused here, not after a 60 s run that ends 0
+    (["ingest", "--source", "mqtt://127.0.0.1/a/%23/b", "--sink", "console"],
+     "error: source mqtt://127.0.0.1/a/%23/b: invalid MQTT topic filter 'a/#/b': '#' must be "
+     "the last level (logs/# or #), got it at level 2 of 3"),
+    (["ingest", "--source", f"mqtt://u:{SECRET}@127.0.0.1/sensors/a+/temp", "--sink", "console"],
+     "error: source mqtt://u:***@127.0.0.1/sensors/a+/temp: invalid MQTT topic filter "
+     "'sensors/a+/temp': '+' must stand alone in a level (sensors/+/temp), got level 'a+'"),
 ]  # fmt: skip
 
 CHILD = r"""

@@ -17,6 +17,9 @@ INTERNAL = {
     "spark_receivers.receivers.http_body.BadRequestError": (
         "raised and caught inside HttpReceiver: the client gets a 400 naming the bad line"
     ),
+    "spark_receivers.receivers.http_body.RecordTooLongError": (
+        "raised and caught inside HttpReceiver: the client gets a 413 naming the long line"
+    ),
 }
 
 

@@ -20,8 +20,9 @@ Ports, when given, must be 1-65535 (a default is used only when the URI has none
 8080, 6379, 1883/8883). Unknown parameters are refused. ``rediss://`` and
 ``mqtts://`` connect over TLS (``?ca_certs=``, ``?certfile=``, ``?keyfile=``).
 Every source but ``generator://`` takes ``?include_timestamp=true`` (an arrival-time
-column ``timestamp``), ``?bad_record_policy=skip|fail|dead_letter`` and
-``?dead_letter_dir=/abs/dir`` (docs/receivers.md); ``mqtt[s]://`` also
+column ``timestamp``), ``?bad_record_policy=skip|fail|dead_letter``,
+``?dead_letter_dir=/abs/dir`` and ``?max_record_bytes=`` (``512k``, ``4m``: a longer
+record is a bad record; docs/receivers.md); ``mqtt[s]://`` also
 ``?clean_session=``, ``?protocol=5|3.1.1`` and ``?session_expiry=``.
 Passwords and tokens never appear in :attr:`Source.display`.
 """
@@ -42,8 +43,9 @@ __all__ = ["HTTP_TOKEN_ENV", "SCHEMES", "Source", "parse_source"]
 SCHEMES = ("socket", "http", "file", "redis", "rediss", "mqtt", "mqtts", "generator")
 HTTP_TOKEN_ENV = "SPARK_RECEIVERS_HTTP_TOKEN"
 TLS_PARAMS = ("ca_certs", "certfile", "keyfile")
-RECORD_PARAMS = ("include_timestamp", "bad_record_policy", "dead_letter_dir")
-"""What every source's receiver takes: an arrival-time column and its bad-record policy."""
+RECORD_PARAMS = ("include_timestamp", "bad_record_policy", "dead_letter_dir", "max_record_bytes")
+"""What every source's receiver takes: an arrival-time column, its bad-record policy, and
+the longest record it takes (bytes; default spark.receivers.receiver.maxRecordBytes)."""
 SHOWN_ATTRS = (
     *("host", "port", "path", "format", "directory", "pattern", "start_at", "stream", "group"),
     *("url", "field", "topic", "qos", "client_id", "username", "password", "rate", "total"),
@@ -122,6 +124,8 @@ def _records(u: ParsedUri) -> dict[str, Any]:
         if not os.path.isabs(path):
             u.fail(f"parameter dead_letter_dir must be an absolute path, got {path!r}")
         kwargs["dead_letter_dir"] = path
+    if "max_record_bytes" in u.params:
+        kwargs["max_record_bytes"] = u.size("max_record_bytes")
     return kwargs
 
 
@@ -136,14 +140,12 @@ def _tls_files(u: ParsedUri) -> dict[str, str]:
 def _socket(u: ParsedUri, environ: Mapping[str, str]) -> Source:
     from spark_receivers.receivers.socket_text import SocketTextReceiver
 
-    u.check_params(("max_record_bytes", *RECORD_PARAMS))
+    u.check_params(RECORD_PARAMS)
     _no_userinfo(u)
     host = _host(u, "socket://host:port")
     if u.port is None:
         u.fail("needs a port: socket://host:port")
     kwargs: dict[str, Any] = _records(u)
-    if "max_record_bytes" in u.params:
-        kwargs["max_record_bytes"] = u.integer("max_record_bytes")
     receiver = SocketTextReceiver(host, u.port, **kwargs)
     return Source(u.display, u.scheme, receiver, None, server=(host, u.port))
 
@@ -193,7 +195,6 @@ def _file(u: ParsedUri, environ: Mapping[str, str]) -> Source:
             "offsets_dir",
             "offsets_name",
             "poll_interval",
-            "max_record_bytes",
             *RECORD_PARAMS,
         )
     )
@@ -215,8 +216,6 @@ def _file(u: ParsedUri, environ: Mapping[str, str]) -> Source:
         kwargs["offsets_dir"] = offsets_dir
     if "offsets_name" in u.params:
         kwargs["offsets_name"] = u.params["offsets_name"]
-    if "max_record_bytes" in u.params:
-        kwargs["max_record_bytes"] = u.integer("max_record_bytes")
     poll_s = u.duration_s("poll_interval", "ms")
     if poll_s is not None:
         kwargs["poll_interval_ms"] = round(poll_s * 1000)

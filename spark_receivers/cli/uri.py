@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from spark_receivers.config_checks import parse_size
 from spark_receivers.errors import ConfigError
 from spark_receivers.util.durations import parse_duration
 
@@ -90,6 +91,16 @@ class ParsedUri:
         if not re.fullmatch(r"[+-]?\d+", raw.strip()) or int(raw) < minimum:
             self.fail(f"parameter {name} must be an integer >= {minimum}, got {raw!r}")
         return int(raw)
+
+    def size(self, name: str) -> int | None:
+        """``name`` as a size in bytes (``4096``, ``512k``, ``4m``), or None when absent."""
+        raw = self.params.get(name)
+        if raw is None:
+            return None
+        try:
+            return parse_size(raw, f"parameter {name}")
+        except ConfigError as e:
+            self.fail(str(e))
 
     def number(self, name: str, default: float | None = None) -> float | None:
         """``name`` as a finite number > 0."""

@@ -132,9 +132,7 @@ class ReceiverCollector(Collector):  # type: ignore[misc]
             "blocks_refused",
             "Blocks refused by, or lost on the way to, the driver.",
         )
-        bad = family(
-            CounterMetricFamily, "bad_records", "Bad records, by policy.", ("policy",)
-        )
+        bad = family(CounterMetricFamily, "bad_records", "Bad records, by policy.", ("policy",))
         throttled = family(
             CounterMetricFamily,
             "throttled_seconds",
@@ -236,4 +234,3 @@ def _context_metrics(status: StreamingStatus) -> Iterator[Metric]:
         value=1.0 if status.state == "ACTIVE" else 0.0,
     )  # fmt: skip
     yield from (interval, pending, active)
-

@@ -303,8 +303,8 @@ class ReceiverTracker:
                 return self._add_blocks(infos)
             case m.RegisterReceiver():
                 return self._register(message)
-            case m.DeregisterReceiver(stream_id=sid, message=text, error=error):
-                return self._deregister(sid, text, error)
+            case m.DeregisterReceiver(stream_id=sid, message=text, error=error, bad_record=bad):
+                return self._deregister(sid, text, error, bad)
             case m.ReportError(stream_id=sid, message=text, error=error):
                 self._known(sid)
                 self._record_error(sid, text, error)
@@ -380,7 +380,7 @@ class ReceiverTracker:
         self._bus.post("on_receiver_started", started)
         return True
 
-    def _deregister(self, stream_id: int, text: str, error: str) -> bool:
+    def _deregister(self, stream_id: int, text: str, error: str, bad_record: bool = False) -> bool:
         r = self._known(stream_id)
         with self._lock:
             r.deactivate()
@@ -393,15 +393,16 @@ class ReceiverTracker:
             self._bus.post("on_receiver_error", stopped)
         self._bus.post("on_receiver_stopped", stopped)
         if error:
-            self._count_failure(stream_id, text)
+            self._count_failure(stream_id, text, bad_record)
         return True
 
-    def _count_failure(self, stream_id: int, message: str) -> None:
-        """Count a failure under the restart policy; past it, fail the context."""
+    def _count_failure(self, stream_id: int, message: str, bad_record: bool = False) -> None:
+        """Count a failure under the restart policy; past it (a bad record: at once), fail."""
         with self._lock:
             r = self._receivers[stream_id]
             started = self._state is TrackerState.STARTED
-            error = r.failed(self._clock.get_time_ms(), message) if started else None
+            now = self._clock.get_time_ms()
+            error = r.failed(now, message, bad_record) if started else None
         if error is not None:
             self._record_error(stream_id, str(error), r.error)
             if self._on_fatal is not None:

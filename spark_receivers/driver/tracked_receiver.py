@@ -19,7 +19,7 @@ from spark_receivers.driver.scheduling_policy import (
     TaskLocation,
 )
 from spark_receivers.driver.status import ReceiverStatus
-from spark_receivers.errors import RpcError
+from spark_receivers.errors import BadRecordError, RpcError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
 
@@ -135,8 +135,17 @@ class TrackedReceiver:
         self.jobs += 1
         return True
 
-    def failed(self, time_ms: int, message: str) -> Exception | None:
-        """Count a failure (``message``: why); past the policy, the error to fail with."""
+    def failed(self, time_ms: int, message: str, bad_record: bool = False) -> Exception | None:
+        """Count a failure (``message``: why); past the policy, the error to fail with.
+
+        A bad record under ``fail`` is that error at once: a restart would meet it again.
+        """
+        if bad_record:
+            self.restarts.gave_up = True  # never registered or relaunched again
+            return BadRecordError(
+                f"receiver {self.info.receiver_id} ({self.receiver.name}) stopped for good "
+                f"(bad_record_policy=fail) and is not restarted: {message}"
+            )
         if not self.restarts.failed(time_ms):
             return None
         return give_up_error(self.info.receiver_id, self.receiver.name, self.restarts, message)

@@ -104,6 +104,7 @@ class StatusServer:
         """Bind and serve on a thread of its own; return :attr:`url`."""
         require(AIOHTTP, "the status page")  # MissingDependencyError naming the package
         from aiohttp import web
+
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._run, args=(web,), name="status-page-server", daemon=True

@@ -6,12 +6,25 @@ the first ``report_first`` of them, and then one in ``report_every``, are
 reported to the driver (listeners and log) with a sample. Then the policy:
 
 * ``skip``: drop it; the records around it are unaffected.
-* ``fail``: stop the receiver with the error (its task fails visibly).
+* ``fail``: stop the receiver for good with a :class:`~spark_receivers.errors.BadRecordError`;
+  the driver does not restart it (it would meet the record again) and the context
+  fails at once, naming the stream and why.
 * ``dead_letter``: append it to ``<dead_letter_dir>/stream-<id>-<pid>.jsonl``
   (one JSON object a line: ``time_ms``, ``stream``, ``reason``, ``key`` — where the
   record came from, such as a Redis entry id, when the receiver knows it — and the
   record as ``text``, or as ``base64`` when it is not UTF-8), flushed before the
-  receiver goes on (a Redis receiver acks the entry only after that).
+  receiver goes on (a Redis receiver acks the entry only after that). A record of
+  more than :data:`INLINE_DEAD_LETTER_BYTES` goes byte for byte to a file of its own
+  beside it, ``stream-<id>-<pid>-<hex>.bin``, which the line names (``file``, ``bytes``).
+
+**How long a record may be.** Every record ends up as one row of a Spark batch,
+held whole (and copied several times: Arrow, Spark's rows, the batch cache, the
+sink's buffers) in an executor's JVM; one large enough kills it, and with it every
+batch. So each built-in receiver refuses a record longer than its
+``max_record_bytes`` (by default ``spark.receivers.receiver.maxRecordBytes``,
+:data:`DEFAULT_MAX_RECORD_BYTES`; at most :data:`MAX_RECORD_BYTES_LIMIT`) as a bad
+record, before it is stored, and no block carries one whatever receiver stored it:
+:func:`oversize_rows` finds them in a block, which is stored without them.
 """
 
 from __future__ import annotations
@@ -22,9 +35,93 @@ import json
 import os
 import threading
 import time
-from typing import IO
+import uuid
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_receivers.errors import ConfigError
+
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+"""The longest record (bytes) a built-in receiver takes unless told otherwise (1 MiB)."""
+MAX_RECORD_BYTES_LIMIT = 64 * 1024 * 1024
+"""The most ``max_record_bytes`` may be (64 MiB, the block generator's block size)."""
+INLINE_DEAD_LETTER_BYTES = 1024 * 1024
+"""A dead letter longer than this goes to a file of its own, not into its JSON line."""
+
+
+def check_max_record_bytes(value: object, what: str) -> int:
+    """``value`` as a record size limit: an int in 1..MAX_RECORD_BYTES_LIMIT; ConfigError else."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 < value <= (MAX_RECORD_BYTES_LIMIT)
+    ):
+        msg = (
+            f"{what} must be an integer number of bytes in 1..{MAX_RECORD_BYTES_LIMIT:,} "
+            f"(64 MiB: a larger row endangers the executor's JVM), got {value!r}"
+        )
+        raise ConfigError(msg)
+    return value
+
+
+def too_long(size: int, limit: int) -> str:
+    """The reason of a record of ``size`` bytes above ``limit``."""
+    return f"{size:,} bytes, longer than max_record_bytes={limit:,}"
+
+
+def oversize_rows(table: pa.Table, limit: int) -> pa.ChunkedArray | None:
+    """A mask of the rows of ``table`` longer than ``limit`` bytes, or None when there is none.
+
+    A row's length is that of its string and binary values together (what can be
+    arbitrarily large; a value of another type is a few bytes). Usually no work at
+    all (the columns hold fewer bytes than ``limit`` together); else one vectorized
+    length per such column: nothing costs per record in Python.
+    """
+    columns = [
+        column
+        for column, field in zip(table.columns, table.schema, strict=True)
+        if _variable_length(field.type)
+    ]
+    if sum(column.nbytes for column in columns) <= limit:
+        return None
+    total = pc.fill_null(pc.binary_length(columns[0]), 0)
+    for column in columns[1:]:
+        total = pc.add(total, pc.fill_null(pc.binary_length(column), 0))
+    mask = pc.greater(total, limit)
+    return mask if pc.any(mask).as_py() else None
+
+
+def split_oversize(table: pa.Table, limit: int) -> tuple[pa.Table, list[tuple[Any, int]]]:
+    """``table`` without its rows longer than ``limit`` bytes, and those rows with their lengths.
+
+    A row is its value for a one-column table, else a dict of its fields. Usually
+    ``(table, [])`` at the cost of :func:`oversize_rows`.
+    """
+    mask = oversize_rows(table, limit)
+    if mask is None:
+        return table, []
+    bad = table.filter(mask)
+    lengths = [0] * bad.num_rows
+    for column, field in zip(bad.columns, bad.schema, strict=True):
+        if _variable_length(field.type):
+            for i, n in enumerate(pc.fill_null(pc.binary_length(column), 0).to_pylist()):
+                lengths[i] += n
+    if bad.num_columns == 1:
+        rows: list[Any] = bad.column(0).to_pylist()
+    else:
+        rows = bad.to_pylist()
+    return table.filter(pc.invert(mask)), list(zip(rows, lengths, strict=True))
+
+
+def _variable_length(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
 
 
 class BadRecordPolicy(enum.Enum):
@@ -62,7 +159,11 @@ class DeadLetterWriter:
         self._file: IO[str] | None = None
 
     def write(self, record: bytes | str, reason: str, key: str | None = None) -> None:
-        """Append one bad record (``key``: where it came from, if known)."""
+        """Append one bad record (``key``: where it came from, if known).
+
+        A record longer than :data:`INLINE_DEAD_LETTER_BYTES` is written, byte for
+        byte, to a file of its own that the line names (``file``, ``bytes``).
+        """
         entry: dict[str, object] = {
             "time_ms": int(time.time() * 1000),
             "stream": self._stream_id,
@@ -70,19 +171,27 @@ class DeadLetterWriter:
         }
         if key is not None:
             entry["key"] = key
-        if isinstance(record, bytes):
-            try:
-                entry["text"] = record.decode("utf-8")
-            except UnicodeDecodeError:
-                entry["base64"] = base64.b64encode(record).decode("ascii")
-        else:
-            entry["text"] = record
-        line = json.dumps(entry) + "\n"
         with self._lock:
             if self._file is None:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
                 self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-            self._file.write(line)
+            if len(record) > INLINE_DEAD_LETTER_BYTES:
+                side = f"{self.path.removesuffix('.jsonl')}-{uuid.uuid4().hex[:12]}.bin"
+                data = record.encode("utf-8") if isinstance(record, str) else record
+                with open(side, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                entry["file"] = os.path.basename(side)
+                entry["bytes"] = len(data)
+            elif isinstance(record, bytes):
+                try:
+                    entry["text"] = record.decode("utf-8")
+                except UnicodeDecodeError:
+                    entry["base64"] = base64.b64encode(record).decode("ascii")
+            else:
+                entry["text"] = record
+            self._file.write(json.dumps(entry) + "\n")
             self._file.flush()
 
     def close(self) -> None:

@@ -393,12 +393,32 @@ def keeper_sink(
     )
 
 
-def effective_level(level: StorageLevel, config: StreamingConfig, stream_id: int) -> StorageLevel:
+LOCAL_EXECUTOR_ID = "driver"
+"""Spark's id of the one executor of local mode (the driver's own process)."""
+_said_local = threading.Event()
+
+
+def effective_level(
+    level: StorageLevel, config: StreamingConfig, stream_id: int, executor_id: str = ""
+) -> StorageLevel:
     """The level a receiver's blocks are kept at: one copy with the receiver WAL on, as Spark.
 
-    Also one copy when block keepers are off (only keepers hold replicas). Logged.
+    Also one copy when block keepers are off (only keepers hold replicas), and in
+    local mode (``executor_id`` is Spark's ``driver``: no other executor can ever
+    hold a replica), which is said once per process at info level, not as a
+    degraded level at every run. The others are logged as warnings.
     """
     level = StorageLevel.of(level, f"the storage level of receiver {stream_id}")
+    if level.replication > 1 and executor_id == LOCAL_EXECUTOR_ID:
+        if not _said_local.is_set():
+            _said_local.set()
+            log.info(
+                "local mode has one executor: receivers keep 1 copy of their blocks (%s asks "
+                "for %d; a cluster's second executor would hold the other)",
+                level.name,
+                level.replication,
+            )
+        return level.with_replication(1)
     if level.replication > 1 and config.receiver_wal_enabled:
         log.warning(
             "Storage level replication %d is unnecessary when the receiver write-ahead log is "

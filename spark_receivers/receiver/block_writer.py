@@ -9,8 +9,11 @@ of this executor and, for a ``_2`` level, another's, and the receiver write-ahea
 in parallel (``receiver/block_handler.py``) — and, once stored, hands to the
 :class:`~spark_receivers.receiver.block_reporter.BlockReporter` naming every copy. A block
 whose storing failed is never reported; a block the driver refuses is removed from
-wherever it was put. The :class:`~spark_receivers.receiver.intake.Intake` also gives it
-the blocks of reliable stores and stores with metadata, and waits for their answer.
+wherever it was put. No block carries a record longer than ``max_record_bytes``: such rows
+are taken out before the block is stored and handed to ``on_oversize`` (the receiver's
+bad-record policy; :mod:`~spark_receivers.receiver.bad_records`). The
+:class:`~spark_receivers.receiver.intake.Intake` also gives it the blocks of reliable stores
+and stores with metadata, and waits for their answer.
 
 Threads: :meth:`BlockWriter.write_cut` (``on_push_block``) on the generator's pushing
 thread; :meth:`BlockWriter.write` also on receivers' storing threads; the answers come on
@@ -29,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError
+from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, split_oversize
 from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.block_handler import BlockStoreResult, ReceivedBlockHandler
 from spark_receivers.receiver.block_reporter import BlockReporter
@@ -56,8 +60,13 @@ class BlockWriter:
         endpoint: Callable[[], str],
         on_error: Callable[[str, BaseException], None],
         on_fatal: Callable[[str, BaseException], None],
+        *,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        on_oversize: Callable[[list[tuple[Any, int]], bool], None] | None = None,
     ) -> None:
         self.stream_id = stream_id
+        self.max_record_bytes = max_record_bytes
+        self._on_oversize = on_oversize
         self.handler = handler
         self._schema = schema
         self._reporter = reporter
@@ -112,8 +121,29 @@ class BlockWriter:
         """Store a block, then report it; ``wait``: until the driver accepted it (or raise).
 
         Raises when the block could not be stored (nothing is reported). Without ``wait`` a
-        refused block is removed from where it was put and goes to ``on_error``.
+        refused block is removed from where it was put and goes to ``on_error``. Rows longer
+        than ``max_record_bytes`` are not stored: they go to ``on_oversize(rows, not wait)``
+        after the others (which may raise, under ``fail``, once those are stored).
         """
+        oversize: list[tuple[Any, int]] = []
+        if table.nbytes > self.max_record_bytes:  # a smaller table holds no longer row
+            table, oversize = split_oversize(table, self.max_record_bytes)
+        if table.num_rows:
+            self._store_and_report(block_id, table, metadata, generated_ms, wait)
+        if oversize:
+            if self._on_oversize is None:
+                msg = f"{len(oversize)} record(s) longer than {self.max_record_bytes} bytes"
+                raise ReceiverError(msg)
+            self._on_oversize(oversize, not wait)
+
+    def _store_and_report(
+        self,
+        block_id: m.StreamBlockId,
+        table: pa.Table,
+        metadata: dict[str, Any] | None,
+        generated_ms: int,
+        wait: bool,
+    ) -> None:
         name = block_id.name
         stored = self.handler.store_block(name, table, generated_ms)
         first, *replicas = stored.locations or (self._endpoint(),)

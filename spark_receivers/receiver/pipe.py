@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spark_receivers.config import StreamingConfig
+from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES
 from spark_receivers.receiver.block_generator import BlockGenerator
 from spark_receivers.receiver.block_handler import (
     BlockStoreBasedBlockHandler,
@@ -74,9 +75,11 @@ class ReceiverPipe:
         clock: Clock,
         on_error: Callable[[str, BaseException], None],
         on_fatal: Callable[[str, BaseException], None],
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        on_oversize: Callable[[list[tuple[Any, int]], bool], None] | None = None,
     ) -> None:
         executor_id, host, secret = identity
-        self.storage_level = level = effective_level(level, config, stream_id)
+        self.storage_level = level = effective_level(level, config, stream_id, executor_id)
         """The level blocks are kept at (one copy with the receiver WAL on, as Spark)."""
         self.block_store = BlockStore(level, config.block_store_budget_bytes)
         sink: BlockSink = InProcessSink(self.block_store, endpoint)
@@ -103,7 +106,15 @@ class ReceiverPipe:
             tracker.call, 2 * config.block_queue_size, name=f"block-reporter-{stream_id}"
         )
         self.writer = BlockWriter(
-            stream_id, schema, self.handler, self._reporter, endpoint, on_error, on_fatal
+            stream_id,
+            schema,
+            self.handler,
+            self._reporter,
+            endpoint,
+            on_error,
+            on_fatal,
+            max_record_bytes=max_record_bytes,
+            on_oversize=on_oversize,
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
         self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=clock)

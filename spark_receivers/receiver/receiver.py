@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.errors import BadRecordError, ReceiverError, StateError
 from spark_receivers.receiver.bad_records import BadRecordPolicy, DeadLetterWriter
 from spark_receivers.receiver.schema import (
     DEFAULT_SCHEMA,
@@ -18,6 +18,9 @@ from spark_receivers.receiver.schema import (
 )
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.util.extras import Requirement, require
+
+if TYPE_CHECKING:
+    from spark_receivers.receiver.source_support import JobName
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,19 @@ class Receiver:
         """Stop receiving and release what :meth:`on_start` took."""
         raise NotImplementedError
 
+    def prepare_source(self, job: JobName) -> None:
+        """Have the source keep what it gets for this receiver from now on (driver, once).
+
+        Called by ``StreamingContext.start()`` for each receiver before its task is
+        launched, with the :class:`~spark_receivers.receiver.source_support.JobName`
+        its durable names derive from. A source that keeps state per client (an MQTT
+        broker's session) can open that state here, so that what is published between
+        the start and the moment the receiver's task connects (seconds, or minutes on
+        a busy cluster) waits for it. Best effort and bounded (a few seconds): an
+        exception is logged as a warning and the start goes on. Keep nothing on
+        ``self`` that cannot be pickled. The default does nothing.
+        """
+
     # --- to call ------------------------------------------------------------
 
     @property
@@ -239,8 +255,9 @@ class Receiver:
         """Count, report and handle a record the receiver cannot take, per its policy.
 
         ``skip`` drops it, ``dead_letter`` appends it to ``dead_letter_dir`` (with
-        ``key``, where it came from, when given), ``fail`` stops the receiver and
-        raises :class:`ReceiverError`. See :mod:`spark_receivers.receiver.bad_records`.
+        ``key``, where it came from, when given), ``fail`` stops the receiver for
+        good and raises :class:`BadRecordError` (the driver then fails the context).
+        See :mod:`spark_receivers.receiver.bad_records`.
         """
         self.bad_records += 1
         n = self.bad_records
@@ -257,8 +274,10 @@ class Receiver:
                 self._dead_letters = DeadLetterWriter(self.dead_letter_dir, self._stream_id)
             self._dead_letters.write(record, reason, key)
         elif self.bad_record_policy is BadRecordPolicy.FAIL:
-            failure = ReceiverError(f"bad record: {reason}; sample {sample!r}")
-            self.stop(f"bad record: {reason}", error or failure)
+            # For good: a restart would meet the same record (the driver fails the context).
+            failure = BadRecordError(f"bad record: {reason}; sample {sample!r}")
+            failure.__cause__ = error
+            self.stop(f"bad record: {reason}", failure)
             raise failure
 
     # --- internals ----------------------------------------------------------

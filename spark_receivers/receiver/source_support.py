@@ -6,17 +6,16 @@
   or the source's own time of it where it has one (a Redis entry id's).
 * :func:`durable_name` names a receiver's stream uniquely and stably: the same
   in every restart of its job, different for every other job and stream (an
-  MQTT client id, for example).
+  MQTT client id, for example), from the job's id, never from a path.
 
-Executor side; plain functions, no state.
+Executor side (and the driver, where a receiver prepares its source); no state.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +25,7 @@ from spark_receivers.receiver.schema import records_to_table
 
 __all__ = [
     "TIMESTAMP_FIELD",
+    "JobName",
     "durable_name",
     "durable_scope",
     "now_us",
@@ -77,32 +77,50 @@ def table_with_times(
     return table.append_column(TIMESTAMP_FIELD, column)
 
 
+@dataclass(frozen=True)
+class JobName:
+    """What names a job in durable source names: its job id, else its application id.
+
+    ``job_id`` is the config's (``spark.receivers.jobId``, else the random id a
+    context with a checkpoint keeps in it: the same for a job restarted from its
+    checkpoint wherever that is mounted, different for every other job;
+    :mod:`spark_receivers.driver.job_identity`); ``app_id`` the Spark application
+    id (the same for every restart of a receiver within the application). Never a
+    path or a host name: two pods mount their own volumes at one path.
+    """
+
+    job_id: str = ""
+    app_id: str = ""
+
+    @classmethod
+    def of(cls, supervisor: Any) -> JobName:
+        """The job of the supervisor running a receiver (``config.job_id``, ``app_id``)."""
+        config = getattr(supervisor, "config", None)
+        job_id = str(getattr(config, "job_id", "") or "")
+        return cls(job_id, str(getattr(supervisor, "app_id", "") or ""))
+
+    @property
+    def scope(self) -> str:
+        """What names derive from: ``job``, ``application`` or '' (neither is known)."""
+        if self.job_id:
+            return "job"
+        return "application" if self.app_id else ""
+
+    def durable_name(self, stream_id: int, prefix: str) -> str:
+        """``<prefix>-<job>-<stream id>`` (``<prefix>-<stream id>`` when neither is known)."""
+        job = self.job_id or self.app_id
+        return f"{prefix}-{job}-{stream_id}" if job else f"{prefix}-{stream_id}"
+
+
 def durable_name(supervisor: Any, stream_id: int, prefix: str) -> str:
     """``<prefix>-<job>-<stream id>``: unique to one job's stream, stable across its restarts.
 
-    ``<job>`` is a hash of the context's checkpoint directory when it has one
-    (a job restarted from its checkpoint gets the same name; a local path is
-    made absolute first), else the Spark application id (the same for every
-    restart of the receiver within the application). Both come from the
-    supervisor running the receiver (``supervisor.config.checkpoint_dir``,
-    ``supervisor.app_id``); when it knows neither (a test harness), the name is
-    ``<prefix>-<stream id>``.
+    The job is the supervisor's (:meth:`JobName.of`): its job id, else its
+    application id; a test harness that knows neither gets ``<prefix>-<stream id>``.
     """
-    config = getattr(supervisor, "config", None)
-    checkpoint = str(getattr(config, "checkpoint_dir", "") or "")
-    if checkpoint:
-        where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
-        digest = hashlib.sha256(where.rstrip("/").encode()).hexdigest()[:16]
-        return f"{prefix}-{digest}-{stream_id}"
-    app_id = str(getattr(supervisor, "app_id", "") or "")
-    if app_id:
-        return f"{prefix}-{app_id}-{stream_id}"
-    return f"{prefix}-{stream_id}"
+    return JobName.of(supervisor).durable_name(stream_id, prefix)
 
 
 def durable_scope(supervisor: Any) -> str:
-    """What :func:`durable_name` derives from: ``checkpoint``, ``application`` or ''."""
-    config = getattr(supervisor, "config", None)
-    if getattr(config, "checkpoint_dir", ""):
-        return "checkpoint"
-    return "application" if getattr(supervisor, "app_id", "") else ""
+    """What :func:`durable_name` derives from: ``job``, ``application`` or ''."""
+    return JobName.of(supervisor).scope

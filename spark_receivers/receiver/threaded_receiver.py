@@ -52,6 +52,7 @@ import pyarrow as pa
 
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver import source_support
+from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
 
@@ -94,7 +95,9 @@ class ThreadedReceiver(Receiver):
     500) and ``max_backoff_ms`` (cap, default 30 000); ``stop_timeout_s``, how
     long ``on_stop`` waits for the worker (default 30); ``rng``, the
     :class:`random.Random` of the jitter (default a shared one; pass a seeded
-    one in tests); ``include_timestamp`` (see the module doc).
+    one in tests); ``include_timestamp`` (see the module doc);
+    ``max_record_bytes``, the longest record the subclass takes (see
+    :attr:`record_limit`).
 
     Thread contract: :meth:`receive` runs on the worker thread
     ``<thread_name_prefix>-<stream id>``, a new one for each start; ``on_start``
@@ -141,6 +144,7 @@ class ThreadedReceiver(Receiver):
     _thread: threading.Thread | None = None
     _stop_event: threading.Event | None = None
     include_timestamp: bool = False
+    max_record_bytes: int | None = None
     _record_schema: pa.Schema | None = None
 
     def __init__(
@@ -151,9 +155,13 @@ class ThreadedReceiver(Receiver):
         stop_timeout_s: float = 30.0,
         rng: random.Random | None = None,
         include_timestamp: bool = False,
+        max_record_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if max_record_bytes is not None:
+            check_max_record_bytes(max_record_bytes, "max_record_bytes")
+        self.max_record_bytes = max_record_bytes
         if include_timestamp:
             if not self.supports_timestamp:
                 msg = f"{type(self).__name__} does not support include_timestamp=True"
@@ -262,6 +270,19 @@ class ThreadedReceiver(Receiver):
         thread; cheap enough to call for every read.
         """
         self._failures = 0
+
+    @property
+    def record_limit(self) -> int:
+        """The longest record this receiver takes, in bytes (longer ones are bad records).
+
+        ``max_record_bytes`` when given, else the context's
+        ``spark.receivers.receiver.maxRecordBytes`` (1 MiB unless set); see
+        :mod:`spark_receivers.receiver.bad_records`.
+        """
+        if self.max_record_bytes is not None:
+            return self.max_record_bytes
+        config = getattr(self._supervisor, "config", None)
+        return int(getattr(config, "receiver_max_record_bytes", DEFAULT_MAX_RECORD_BYTES))
 
     @property
     def record_schema(self) -> pa.Schema:

@@ -101,18 +101,17 @@ class FileTailReceiver(ThreadedReceiver):
         poll_interval_ms: int = 200,
         start_at: str = "beginning",
         max_batch_bytes: int = 4 * 1024 * 1024,
-        max_record_bytes: int = 1024 * 1024,
+        max_record_bytes: int | None = None,
         finish_after_ms: int = 2000,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(max_record_bytes=max_record_bytes, **kwargs)
         if start_at not in START_AT:
             msg = f"start_at must be one of {START_AT}, got {start_at!r}"
             raise ConfigError(msg)
         for key, value in (
             ("poll_interval_ms", poll_interval_ms),
             ("max_batch_bytes", max_batch_bytes),
-            ("max_record_bytes", max_record_bytes),
         ):
             if value <= 0:
                 msg = f"{key} must be > 0, got {value!r}"
@@ -126,8 +125,7 @@ class FileTailReceiver(ThreadedReceiver):
         self.offsets_name = offsets_name
         self.poll_interval_ms = poll_interval_ms
         self.start_at = start_at
-        self.max_batch_bytes = max(max_batch_bytes, max_record_bytes)
-        self.max_record_bytes = max_record_bytes
+        self.max_batch_bytes = max_batch_bytes
         self.finish_after_ms = finish_after_ms
         self.lines_stored = 0
         self.bad_records = 0
@@ -298,7 +296,8 @@ class FileTailReceiver(ThreadedReceiver):
         """Store the next complete lines of ``f``; False when only a partial line is left."""
         assert f.handle is not None
         f.handle.seek(f.offset)
-        chunk = f.handle.read(min(self.max_batch_bytes, size - f.offset))
+        # A chunk holds at least one whole record of the longest length taken.
+        chunk = f.handle.read(min(max(self.max_batch_bytes, self.record_limit), size - f.offset))
         if not chunk:
             return False
         if f.skipping:  # drop the rest of an over-long line, up to its newline
@@ -308,12 +307,12 @@ class FileTailReceiver(ThreadedReceiver):
             return True
         cut = chunk.rfind(b"\n")
         if cut < 0:
-            if len(chunk) >= self.max_record_bytes:
+            if len(chunk) >= self.record_limit:
                 # raises under "fail": the offset stays at the start of the line
                 self.handle_bad_record(
-                    chunk[: self.max_record_bytes],
+                    chunk[: self.record_limit],
                     f"{f.path}: line at byte {f.offset} longer than "
-                    f"max_record_bytes={self.max_record_bytes}",
+                    f"max_record_bytes={self.record_limit}",
                     key=f"{f.path}:{f.offset}",
                 )
                 self._commit(f, f.offset + len(chunk), [], skipping=True)
@@ -329,7 +328,7 @@ class FileTailReceiver(ThreadedReceiver):
         Under ``fail`` the lines before a bad one are committed (its start saved as
         the offset) before :meth:`handle_bad_record` raises.
         """
-        limit = self.max_record_bytes
+        limit = self.record_limit
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:

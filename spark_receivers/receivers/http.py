@@ -17,7 +17,8 @@ client exactly what happened to its request:
        (any bytes in the header, compared in constant time)
 408    the request headers (``header_timeout_s``) or body
        (``body_timeout_s``) did not arrive in time; the connection closes
-413    the body is longer than ``max_body_bytes``
+413    the body is longer than ``max_body_bytes``, or a line of it longer than
+       ``max_record_bytes`` (the message names the line; nothing stored)
 429    back off (``Retry-After``): the rate limit would hold the request
        longer than ``max_store_wait_s``, too many requests are being stored
        at once, or the store did not finish within ``max_store_wait_s``
@@ -364,8 +365,8 @@ class HttpReceiver(ThreadedReceiver):
             return self._refuse(400, f"malformed body: {e}", close=True, request=request)
         try:
             records = self.parse(body)
-        except BadRequestError as e:
-            return self._refuse(400, str(e), request=request)
+        except BadRequestError as e:  # 400, or 413 for a line over max_record_bytes
+            return self._refuse(e.status, str(e), request=request)
         if not records:
             return web.json_response({"stored": 0})
         too_much = self._back_pressure(len(records))
@@ -446,4 +447,4 @@ class HttpReceiver(ThreadedReceiver):
 
     def parse(self, body: bytes) -> list[Any]:
         """The records of a request body; :class:`BadRequestError` naming the bad line."""
-        return parse_body(body, self.format, self.record_schema)
+        return parse_body(body, self.format, self.record_schema, self.record_limit)

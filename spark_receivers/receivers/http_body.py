@@ -7,6 +7,8 @@ double's range, integers longer than Python converts (4,300 digits) and
 nesting deeper than Python's recursion limit are refused like any other
 invalid JSON. Under the default schema the record is the line's JSON text;
 under a declared schema, the decoded object, checked against the schema.
+Either way a line longer than ``max_record_bytes`` is refused
+(:class:`RecordTooLongError`, answered 413): nothing of the body is stored.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError
+from spark_receivers.receiver.bad_records import too_long
 from spark_receivers.receiver.schema import check_record, is_default
 
-__all__ = ["FORMATS", "BadRequestError", "parse_body"]
+__all__ = ["FORMATS", "BadRequestError", "RecordTooLongError", "parse_body"]
 
 FORMATS = ("lines", "json")
 
@@ -28,9 +31,22 @@ FORMATS = ("lines", "json")
 class BadRequestError(ReceiverError, ValueError):
     """A request body that cannot be stored; the message names the line."""
 
+    status = 400
+    """The HTTP status that answers it."""
 
-def parse_body(body: bytes, format: str, schema: pa.Schema) -> list[Any]:
+
+class RecordTooLongError(BadRequestError):
+    """A line of the body is longer than ``max_record_bytes``; the message names it."""
+
+    status = 413
+
+
+def parse_body(
+    body: bytes, format: str, schema: pa.Schema, max_record_bytes: int | None = None
+) -> list[Any]:
     """The records of ``body`` (see the module doc); :class:`BadRequestError` when malformed."""
+    if max_record_bytes is not None and len(body) > max_record_bytes:
+        _check_line_lengths(body, max_record_bytes)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -69,6 +85,22 @@ def parse_body(body: bytes, format: str, schema: pa.Schema) -> list[Any]:
             raise BadRequestError(msg) from None
         records.append(value)
     return records
+
+
+def _check_line_lengths(body: bytes, limit: int) -> None:
+    """Raise :class:`RecordTooLongError` naming the first line longer than ``limit`` bytes."""
+    start = 0
+    number = 1
+    while start <= len(body):
+        end = body.find(b"\n", start)
+        if end < 0:
+            end = len(body)
+        length = end - start - (1 if end > start and body[end - 1 : end] == b"\r" else 0)
+        if length > limit:
+            msg = f"line {number} is {too_long(length, limit)}"
+            raise RecordTooLongError(msg)
+        start = end + 1
+        number += 1
 
 
 def _loads(raw: str, number: int) -> Any:

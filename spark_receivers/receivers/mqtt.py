@@ -8,25 +8,10 @@ in the order they arrived. A message whose store failed, or that arrived on
 a connection that has since dropped, is never acked: the broker delivers it
 again when the session reconnects (at least once, never lost).
 
-**The client id is the key of the broker's session**: its subscriptions and the
-messages queued for it while it is away. By default it is
-``spark-receivers-<job>-<stream id>`` (:meth:`ThreadedReceiver.durable_name`):
-``<job>`` is a hash of the checkpoint directory when the context has one, so a
-job restarted from its checkpoint resumes its own session (and gets what was
-published while it was down), else the Spark application id. Two jobs never
-share a session unless they are given the same ``client_id``.
-
-A second client with the same id takes the session over (the broker closes the first
-one's connection, which reconnects and takes it back, and so on). The receiver reports
-it to the driver (``ReportError``): at once on an MQTT 5 DISCONNECT with reason code 142
-("session taken over"), else once a few connections in a row were accepted and soon
-closed (mosquitto 2.0.11 and MQTT 3.1.1; :mod:`spark_receivers.receivers.mqtt_session`).
-Each lost connection restarts the receiver with a growing backoff (reset only by a
-connection that lasted or a stored batch), so the fight slows down, and the driver's
-restart policy ends it with the error.
-
-The broker's in-flight window (mosquitto's ``max_inflight_messages``, 20 by default)
-bounds a batch, and so the throughput of one receiver.
+The session, its client id (from the job's id, never a path), its opening when the
+context starts, QoS 2 received as 1, retained messages once per session, the window
+asked of the broker and takeovers: :mod:`spark_receivers.receivers.mqtt_session`.
+docs/receivers.md says which broker settings lose nothing.
 """
 
 from __future__ import annotations
@@ -35,20 +20,23 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.bad_records import BadRecordPolicy
-from spark_receivers.receiver.schema import check_record
-from spark_receivers.receiver.source_support import now_us
+from spark_receivers.receiver.source_support import JobName, durable_scope, now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
+from spark_receivers.receivers.mqtt_records import MESSAGE_FIELDS, Delivery, message_record
 from spark_receivers.receivers.mqtt_session import (
     NEVER_EXPIRES,
     TakeoverDetector,
+    open_session,
+    send_connect,
     session_expiry,
+    subscribe,
     takeover_message,
 )
+from spark_receivers.receivers.mqtt_topics import check_topic_filter
 from spark_receivers.util.extras import PAHO_MQTT
 
 if TYPE_CHECKING:
@@ -56,45 +44,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MESSAGE_FIELDS = ("topic", "payload", "qos", "retain")
 PROTOCOLS = ("5", "3.1.1")
-
-
-@dataclass(frozen=True)
-class _Delivery:
-    """A received message and the connection it came on (acks are per connection)."""
-
-    connection: int
-    mid: int
-    qos: int
-    topic: str
-    payload: bytes
-    retain: bool
-    arrived_us: int
+CLIENT_PREFIX = "spark-receivers"
 
 
 class MqttReceiver(ThreadedReceiver):
     """Stores the payloads (UTF-8) of the messages published on ``topic``.
 
-    ``topic`` may hold wildcards (``sensors/+/temp``, ``logs/#``). Under a
-    declared multi-column schema a record is a dict of the schema's fields
-    among ``topic``, ``payload``, ``qos`` and ``retain``. A payload that is
-    not UTF-8 (or a record that does not fit the schema) is a bad record,
-    handled by ``bad_record_policy``: ``skip`` and ``dead_letter`` ack it,
-    ``fail`` acks the messages before it and stops the receiver with the
-    error. ``include_timestamp=True`` adds when each message arrived.
+    ``topic`` is an MQTT topic filter and may hold wildcards (``sensors/+/temp``,
+    ``logs/#``); an invalid one (``a/#/b``, ``a+/b``) is a :class:`ConfigError` here.
+    Under a declared multi-column schema a record is a dict of the schema's fields
+    among ``topic``, ``payload``, ``qos`` and ``retain``. A payload longer than
+    ``max_record_bytes`` (default ``spark.receivers.receiver.maxRecordBytes``, 1 MiB),
+    not UTF-8, or not fitting the schema is a bad record, handled by
+    ``bad_record_policy``: ``skip`` and ``dead_letter`` ack it, ``fail`` acks the
+    messages before it and stops the receiver for good with the error (the driver
+    fails the context). ``include_timestamp=True`` adds when each message arrived.
 
-    The session (see the module doc): ``client_id`` (default: unique to the
-    job's stream, see :attr:`client_name`); ``clean_session=False`` (default)
-    keeps it on the broker across reconnects and restarts, so messages
-    published while the receiver is away wait for it; ``True`` starts afresh
-    on every connection, losing those and the unacked in-flight ones.
-    ``session_expiry_s`` (MQTT 5): how long the broker keeps a persistent
-    session of a client that went away; None means never for an explicit
-    ``client_id`` or one derived from a checkpoint, and an hour for one
-    derived from the application id (no later job could resume it).
-    ``protocol``: ``"5"`` (default; needed to detect a session takeover) or
-    ``"3.1.1"`` for brokers without MQTT 5.
+    The session (:mod:`~spark_receivers.receivers.mqtt_session`): ``client_id``
+    (default: unique to the job's stream, :attr:`client_name`);
+    ``clean_session=False`` (default) keeps it on the broker across reconnects and
+    restarts, so what is published while the receiver is away waits for it;
+    ``True`` starts afresh on every connection, losing that. ``session_expiry_s``
+    (MQTT 5): how long the broker keeps the session of a client that went away
+    (:func:`~spark_receivers.receivers.mqtt_session.session_expiry`). ``protocol``:
+    ``"5"`` (default; detects takeovers, stores retained messages once) or
+    ``"3.1.1"``. ``qos``: 0, or 1 (default); 2 is received as 1.
 
     Any lost connection ends the run: the receiver restarts with the backoff
     of :class:`ThreadedReceiver` (``max_backoff_ms`` caps it), and the driver
@@ -110,6 +85,9 @@ class MqttReceiver(ThreadedReceiver):
     requires = (PAHO_MQTT,)  # the [mqtt] extra
     transient_attrs = ("_client", "_client_lock", "_queue", "_subscribed", "_lost")
     supports_timestamp = True
+    retained_wanted = False
+    """Set on the driver when the session opened at start was new: the receiver's first
+    subscription (MQTT 5) then asks the broker for the retained messages."""
 
     def __init__(
         self,
@@ -142,9 +120,7 @@ class MqttReceiver(ThreadedReceiver):
             if value <= 0:
                 msg = f"{key} must be > 0, got {value!r}"
                 raise ConfigError(msg)
-        if not topic:
-            msg = "topic must be non-empty, got ''"
-            raise ConfigError(msg)
+        check_topic_filter(topic)
         if client_id is not None and not client_id:
             msg = "client_id must be a non-empty string or None (derived), got ''"
             raise ConfigError(msg)
@@ -185,7 +161,7 @@ class MqttReceiver(ThreadedReceiver):
         """A new queue and subscription event, no client: each run connects anew."""
         self._client: mqtt.Client | None = None
         self._client_lock = threading.Lock()  # exactly one of worker and interrupt disconnects
-        self._queue: queue.Queue[_Delivery] = queue.Queue()
+        self._queue: queue.Queue[Delivery] = queue.Queue()
         self._subscribed = threading.Event()
         self._lost: str | None = None  # why the connection ended, set by paho's thread
         self._connection = 0
@@ -193,13 +169,53 @@ class MqttReceiver(ThreadedReceiver):
     @property
     def client_name(self) -> str:
         """The MQTT client id: ``client_id``, else :meth:`durable_name` (on the executor)."""
-        return self.client_id or self.durable_name()
+        return self.client_id or self.durable_name(CLIENT_PREFIX)
 
     @property
     def session_expiry(self) -> int:
         """The MQTT 5 session expiry interval sent on CONNECT (s; 0 for a clean session)."""
-        return session_expiry(
-            self.clean_session, self.session_expiry_s, self.client_id, self._supervisor
+        scope = durable_scope(self._supervisor)
+        return session_expiry(self.clean_session, self.session_expiry_s, self.client_id, scope)
+
+    @property
+    def subscription_qos(self) -> int:
+        """The QoS the receiver subscribes at: ``qos``, 2 taken as 1 (see the module doc)."""
+        return min(self.qos, 1)
+
+    # --- on the driver, when the context starts -----------------------------------
+
+    def prepare_source(self, job: JobName) -> None:
+        """Open this job's session on the broker now, so what is published from now on waits.
+
+        Connects as the client id the receiver will use, subscribes, disconnects (at
+        most about 10 s). Nothing to do for a clean session (the receiver's own
+        connection starts afresh). Raises :class:`ReceiverError` when the broker
+        cannot be reached (the context logs it and starts all the same).
+        """
+        if self.clean_session:
+            return
+        name = self.client_id or job.durable_name(self.stream_id, CLIENT_PREFIX)
+        expiry = session_expiry(
+            self.clean_session, self.session_expiry_s, self.client_id, job.scope
+        )
+        client = self._new_client(name)
+        present = open_session(
+            client,
+            lambda c: self._send_connect(c, expiry),
+            self.topic,
+            self.subscription_qos,
+            self.protocol == "5",
+            f"the MQTT broker {self.host}:{self.port}",
+        )
+        self.retained_wanted = not present
+        log.info(
+            "receiver %d: opened the MQTT session of client id %r on %s:%s for topic %r%s",
+            self.stream_id,
+            name,
+            self.host,
+            self.port,
+            self.topic,
+            " (it was there already)" if present else "",
         )
 
     # --- the storing thread ---------------------------------------------------
@@ -224,7 +240,7 @@ class MqttReceiver(ThreadedReceiver):
 
     def _keep_qos0(self, client: mqtt.Client) -> None:
         """The connection is gone: store its QoS 0 messages; the broker sends the others again."""
-        left: list[_Delivery] = []
+        left: list[Delivery] = []
         while True:
             try:
                 left.append(self._queue.get_nowait())
@@ -248,21 +264,30 @@ class MqttReceiver(ThreadedReceiver):
         """``MQTT broker <host>:<port>``, as restart messages name the work."""
         return f"MQTT broker {self.host}:{self.port}"
 
-    def _connect(self) -> mqtt.Client:
+    def _new_client(self, client_id: str) -> mqtt.Client:
+        """A paho client of ``client_id``, configured (credentials, TLS), not connected."""
         import paho.mqtt.client as mqtt
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
 
         v5 = self.protocol == "5"
         client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
-            client_id=self.client_name,
+            client_id=client_id,
             clean_session=None if v5 else self.clean_session,
             protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
             manual_ack=True,
             reconnect_on_failure=False,  # a lost connection ends the run: restarted with backoff
         )
         self._configure(client)
+        return client
+
+    def _send_connect(self, client: mqtt.Client, expiry: int) -> None:
+        """Send the CONNECT (see :func:`send_connect`); OSError when unreachable."""
+        v5 = self.protocol == "5"
+        settings = (self.keepalive_s, v5, self.clean_session, expiry, self.max_batch)
+        send_connect(client, self.host, self.port, *settings)
+
+    def _connect(self) -> mqtt.Client:
+        client = self._new_client(self.client_name)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
@@ -277,18 +302,7 @@ class MqttReceiver(ThreadedReceiver):
             self.protocol,
         )
         try:
-            if v5:
-                properties = Properties(PacketTypes.CONNECT)
-                properties.SessionExpiryInterval = self.session_expiry
-                client.connect(
-                    self.host,
-                    self.port,
-                    keepalive=self.keepalive_s,
-                    clean_start=self.clean_session,
-                    properties=properties,
-                )
-            else:
-                client.connect(self.host, self.port, keepalive=self.keepalive_s)
+            self._send_connect(client, self.session_expiry)
         except OSError as e:
             self._drops.connect_failed()
             msg = f"cannot connect to the MQTT broker {self.host}:{self.port}: {e}"
@@ -324,7 +338,8 @@ class MqttReceiver(ThreadedReceiver):
             self.client_name,
             flags.session_present,
         )
-        client.subscribe(self.topic, self.qos)
+        v5 = self.protocol == "5"
+        subscribe(client, self.topic, self.subscription_qos, v5, self.retained_wanted)
 
     def _on_subscribe(
         self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, properties: Any
@@ -335,6 +350,7 @@ class MqttReceiver(ThreadedReceiver):
             log.warning("receiver %d: %s", self.stream_id, message)
             self.report_error(message)
             return
+        self.retained_wanted = False  # asked for once
         self._subscribed.set()
 
     def wait_subscribed(self, timeout_s: float | None = None) -> bool:
@@ -364,7 +380,7 @@ class MqttReceiver(ThreadedReceiver):
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         self._queue.put(
-            _Delivery(
+            Delivery(
                 self._connection,
                 message.mid,
                 message.qos,
@@ -377,7 +393,7 @@ class MqttReceiver(ThreadedReceiver):
 
     # --- storing ------------------------------------------------------------------
 
-    def _next_batch(self) -> list[_Delivery]:
+    def _next_batch(self) -> list[Delivery]:
         try:
             first = self._queue.get(timeout=0.2)
         except queue.Empty:
@@ -394,14 +410,15 @@ class MqttReceiver(ThreadedReceiver):
                 break
         return batch
 
-    def _store_and_ack(self, client: mqtt.Client, batch: list[_Delivery]) -> None:
+    def _store_and_ack(self, client: mqtt.Client, batch: list[Delivery]) -> None:
         """Store the batch's records, then ack its messages; bad ones go to the policy first."""
         records: list[Any] = []
         times: list[int] = []
-        done: list[_Delivery] = []
+        done: list[Delivery] = []
+        limit = self.record_limit
         for d in batch:
             try:
-                record = self._record(d)
+                record = message_record(d, self.record_schema, self.default_records, limit)
             except ReceiverError as e:
                 if self.bad_record_policy is BadRecordPolicy.FAIL:
                     self._store_then_ack(client, records, times, done)  # keep those before it
@@ -415,7 +432,7 @@ class MqttReceiver(ThreadedReceiver):
         self._store_then_ack(client, records, times, done)
 
     def _store_then_ack(
-        self, client: mqtt.Client, records: list[Any], times: list[int], done: list[_Delivery]
+        self, client: mqtt.Client, records: list[Any], times: list[int], done: list[Delivery]
     ) -> None:
         if records:
             self.store_records(records, reliable=True, times_us=times)
@@ -430,21 +447,3 @@ class MqttReceiver(ThreadedReceiver):
                 continue
             client.ack(d.mid, d.qos)
             self.messages_acked += 1
-
-    def _record(self, d: _Delivery) -> Any:
-        """The record of a message; :class:`ReceiverError` naming why it cannot be one."""
-        try:
-            payload = d.payload.decode("utf-8")
-        except UnicodeDecodeError as e:
-            msg = f"message on {d.topic!r} is not UTF-8 ({len(d.payload)} bytes, byte {e.start})"
-            raise ReceiverError(msg) from None
-        if self.default_records:
-            return payload
-        values = {"topic": d.topic, "payload": payload, "qos": d.qos, "retain": d.retain}
-        record = {name: values[name] for name in self.record_schema.names}
-        try:
-            check_record(record, self.record_schema)
-        except ReceiverError as e:
-            msg = f"message on {d.topic!r}: {e}"
-            raise ReceiverError(msg) from None
-        return record

@@ -16,8 +16,9 @@ So nothing read is lost; an entry stored but not yet acked when the receiver
 died is stored again (at least once).
 
 Entries are read as bytes and decoded here, so an entry that cannot become a
-record (a value that is not UTF-8, a missing field, fields that do not fit the
-schema) is a bad record, handled by ``bad_record_policy``: ``skip`` acks it,
+record (longer than ``max_record_bytes``, a value that is not UTF-8, a missing
+field, fields that do not fit the schema) is a bad record, handled by
+``bad_record_policy``: ``skip`` acks it,
 ``dead_letter`` writes its id and raw bytes to the dead-letter file and then
 acks it, ``fail`` stores and acks the entries before it and stops the receiver
 with the error (the entry stays pending). It never stalls the group.
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.receiver.bad_records import BadRecordPolicy
+from spark_receivers.receiver.bad_records import BadRecordPolicy, too_long
 from spark_receivers.receiver.schema import check_record
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.util.extras import REDIS
@@ -59,8 +60,8 @@ class RedisStreamReceiver(ThreadedReceiver):
 
     The group is created when missing (``MKSTREAM``), positioned at
     ``group_start_id`` (``"0"``: the whole stream; ``"$"``: only new entries).
-    ``consumer`` defaults to ``spark-receivers-<job>-<stream id>`` (the job: a
-    hash of the checkpoint dir, else the application id; see
+    ``consumer`` defaults to ``spark-receivers-<job>-<stream id>`` (the job: the
+    id its checkpoint keeps, else the application id; see
     :meth:`ThreadedReceiver.durable_name`): the same name wherever the receiver
     restarts, so it finds its own pending entries, and not another job's name,
     whose pending entries it would read again.
@@ -69,10 +70,12 @@ class RedisStreamReceiver(ThreadedReceiver):
     ``field=None`` the whole entry as JSON ``{"id": ..., "fields": {...}}``
     under the default schema, or the entry's fields as a dict under a declared
     multi-column schema (the string values cast to the schema's types:
-    ``"3"`` to an ``int64``). An entry that cannot be a record (not UTF-8, without
-    ``field``, not fitting the schema) goes to ``bad_record_policy`` (see the
-    module doc). With ``include_timestamp=True`` a ``timestamp`` column holds
-    the time of the entry's id (when Redis added it).
+    ``"3"`` to an ``int64``). An entry that cannot be a record (its field names and
+    values longer than ``max_record_bytes`` together, by default
+    ``spark.receivers.receiver.maxRecordBytes``, 1 MiB; not UTF-8; without ``field``;
+    not fitting the schema) goes to ``bad_record_policy`` (see the module doc).
+    With ``include_timestamp=True`` a ``timestamp`` column holds the time of the
+    entry's id (when Redis added it).
 
     A failure (the server is unreachable, a store fails) restarts the receiver
     with the backoff of :class:`ThreadedReceiver` (``max_backoff_ms`` caps it);
@@ -253,6 +256,13 @@ class RedisStreamReceiver(ThreadedReceiver):
         if fields is None:  # deleted (XDEL/XTRIM) while pending: nothing to store
             return None
         where = f"entry {entry_id} of stream {self.stream!r}"
+        size = sum(len(k) + len(v) for k, v in fields.items())
+        limit = self.record_limit
+        if size > limit:  # before decoding it: a 100 MB entry is refused, not copied about
+            reason = f"{where} is {too_long(size, limit)} (its field names and values)"
+            if self.field is not None and self.field.encode() in fields:
+                raise _BadEntry(reason, fields[self.field.encode()])
+            raise _BadEntry(reason, _raw_entry(fields))
         if self.field is not None:
             value = fields.get(self.field.encode())
             if value is None:

@@ -40,15 +40,14 @@ class SocketTextReceiver(ThreadedReceiver):
         host: str,
         port: int,
         *,
-        max_record_bytes: int = 1024 * 1024,
+        max_record_bytes: int | None = None,
         max_backoff_ms: int = 30_000,
         read_size: int = 256 * 1024,
         **kwargs: Any,
     ) -> None:
-        super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
+        super().__init__(max_backoff_ms=max_backoff_ms, max_record_bytes=max_record_bytes, **kwargs)
         self.host = host
         self.port = port
-        self.max_record_bytes = max_record_bytes
         self.read_size = read_size
 
     def receive(self) -> None:
@@ -95,7 +94,7 @@ class SocketTextReceiver(ThreadedReceiver):
             cut = data.rfind(b"\n")
             if cut < 0:
                 pending = data
-                if len(pending) > self.max_record_bytes:
+                if len(pending) > self.record_limit:
                     if not skipping:
                         self._too_long(pending)
                     skipping, pending = True, b""
@@ -114,7 +113,7 @@ class SocketTextReceiver(ThreadedReceiver):
 
     def _store_lines(self, chunk: bytes) -> None:
         if self._arrow_lines:
-            lines = _split_lines(chunk, self.max_record_bytes)
+            lines = _split_lines(chunk, self.record_limit)
             if lines is not None:
                 if self.include_timestamp:
                     self.store(table_with_times(lines, self.record_schema))
@@ -123,7 +122,7 @@ class SocketTextReceiver(ThreadedReceiver):
                 return
             self._store_checked(chunk.split(b"\n"))  # a bad line in the chunk
             return
-        if len(chunk) > self.max_record_bytes:
+        if len(chunk) > self.record_limit:
             self._store_checked(chunk.split(b"\n"))
             return
         try:
@@ -143,7 +142,7 @@ class SocketTextReceiver(ThreadedReceiver):
     def _store_checked(self, raw_lines: list[bytes]) -> None:
         good: list[str] = []
         for raw in raw_lines:
-            if len(raw) <= self.max_record_bytes:
+            if len(raw) <= self.record_limit:
                 try:
                     good.append(raw.decode("utf-8").removesuffix("\r"))
                     continue
@@ -164,8 +163,8 @@ class SocketTextReceiver(ThreadedReceiver):
 
     def _too_long(self, raw: bytes) -> None:
         self.handle_bad_record(
-            raw[: self.max_record_bytes],
-            f"line longer than max_record_bytes={self.max_record_bytes}",
+            raw[: self.record_limit],
+            f"line longer than max_record_bytes={self.record_limit}",
         )
 
 

@@ -150,11 +150,17 @@ class ReportError:
 
 @dataclass(frozen=True)
 class DeregisterReceiver:
-    """A supervisor says its receiver stopped; replied with True."""
+    """A supervisor says its receiver stopped; replied with True.
+
+    ``bad_record``: it stopped for good on a bad record under
+    ``bad_record_policy='fail'`` (a restart would meet it again): the driver does not
+    restart it and fails the context.
+    """
 
     stream_id: int
     message: str
     error: str
+    bad_record: bool = False
 
 
 @dataclass(frozen=True)
@@ -350,4 +356,3 @@ KeeperMessage = RemoveBlocks | ReleaseKeeper | DescribeKeeper
 TRACKER_MESSAGES: tuple[type, ...] = typing.get_args(TrackerMessage)
 KEEPER_MESSAGES: tuple[type, ...] = typing.get_args(KeeperMessage)
 SUPERVISOR_MESSAGES: tuple[type, ...] = typing.get_args(SupervisorMessage)
-

@@ -8,6 +8,7 @@ together)::
         checkpoint.json                      the driver's batch state (CheckpointStore)
         .checkpoint.json.<hex>.tmp           a checkpoint being written (renamed over it)
         checkpoint.json.corrupt-<id>         a corrupt checkpoint moved aside
+        job-id                               the job's random id, written once (job_identity)
         receivedBlockMetadata/               the driver WAL (block events)
         receivedData/<stream_id>/            the receiver WAL of one stream (Arrow blocks)
 
@@ -61,6 +62,7 @@ S3_ALIASES = ("s3a://", "s3n://")
 CHECKPOINT_FILE = "checkpoint.json"
 RECEIVED_BLOCK_METADATA = "receivedBlockMetadata"
 RECEIVED_DATA = "receivedData"
+JOB_ID_FILE = "job-id"
 
 
 def resolve_filesystem(path_or_uri: str, what: str = "location") -> tuple[pafs.FileSystem, str]:
@@ -151,6 +153,11 @@ class CheckpointLayout:
     def corrupt_checkpoint_file(self) -> str:
         """A fresh ``<root>/checkpoint.json.corrupt-<id>`` to move a corrupt checkpoint to."""
         return f"{self.checkpoint_file}.corrupt-{uuid.uuid4().hex[:8]}"
+
+    @property
+    def job_id_file(self) -> str:
+        """``<root>/job-id``: the job's random id, written once (``driver/job_identity.py``)."""
+        return self._join(JOB_ID_FILE)
 
     @property
     def driver_wal_dir(self) -> str:

@@ -91,9 +91,20 @@ class FakeReader:
         return lambda *args, **kwargs: self
 
 
+class FakeConf(dict):
+    """The session's runtime conf: ``get``/``set``/``unset`` (the batch cache sets one key)."""
+
+    def set(self, key, value) -> None:
+        self[key] = value
+
+    def unset(self, key) -> None:
+        self.pop(key, None)
+
+
 class FakeSpark:
     def __init__(self, on_action=lambda action: None) -> None:
         self.sparkContext = FakeSparkContext()
+        self.conf = FakeConf()
         self.dataSource = SimpleNamespace(register=lambda source: None)
         self.read = FakeReader(on_action)
 

@@ -15,7 +15,7 @@ from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.driver.receiver_launcher import summarize_failure
 from spark_receivers.driver.receiver_tracker import ReceiverTracker
 from spark_receivers.driver.restart_policy import RestartCounter, RestartPolicy
-from spark_receivers.errors import ConfigError, ReceiverError
+from spark_receivers.errors import BadRecordError, ConfigError, ReceiverError
 from spark_receivers.rpc import messages as m
 from spark_receivers.util.clock import ManualClock
 
@@ -86,11 +86,35 @@ def test_a_receiver_failing_past_max_restarts_fails_the_context_with_the_cause(m
     assert "spark.receivers.receiver.restartWindow=60s" in text
     assert text.endswith("last failure: cannot listen on 127.0.0.1:8080: in use")
     # ... reported in the listener, and the receiver is not run again.
-    kind, info = events.wait(9)[-1]  # started, 3 x (stopped, started), stopped, error
+    # started, 3 x (error, stopped, started), error, stopped, error: wait for them all (the
+    # bus delivers them on its own thread; waiting for fewer raced with the last ones)
+    kind, info = events.wait(13)[-1]
     assert kind == "error" and info.last_error_message == text
     assert tracker.receiver_statuses()[0].last_error_message == text
     assert register(tracker, 0, where(tracker)) is False
     assert tracker.job_starting(0) is None
+
+
+def test_a_receiver_stopped_for_good_fails_the_context_at_once_and_never_runs_again(make):
+    """A bad record under bad_record_policy=fail (issue 36): no restarts to wait through."""
+    tracker, _, events, fatal = make(max_restarts=20)
+    assert tracker.job_starting(0) is not None
+    assert register(tracker, 0, where(tracker))
+    why = "bad record: entry 1-0 of stream 's': field 'value' is not UTF-8"
+    tracker.handle(
+        m.DeregisterReceiver(0, why, f"Traceback ...\nBadRecordError: {why}", bad_record=True)
+    )
+    (error,) = fatal.errors  # the first one, not the 21st
+    assert isinstance(error, BadRecordError)
+    assert str(error) == (
+        "receiver 0 (Quiet-0) stopped for good (bad_record_policy=fail) and is not restarted: "
+        + why
+    )
+    assert tracker.receiver_statuses()[0].last_error_message == str(error)
+    assert register(tracker, 0, where(tracker)) is False
+    assert tracker.job_starting(0) is None
+    kind, info = events.wait(4)[-1]  # started, error, stopped, error
+    assert kind == "error" and info.last_error_message == str(error)
 
 
 def test_failures_spread_wider_than_the_window_are_a_healthy_job_whose_source_blips(make):

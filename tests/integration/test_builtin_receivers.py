@@ -210,17 +210,19 @@ def test_mqtt_job_restarted_from_its_checkpoint_gets_what_was_published_while_do
     mosquitto_port,  # noqa: F811
     tmp_path,
 ):
-    """No client_id given: the id comes from the checkpoint dir, through the launcher and the
-    supervisor on the executor, so the restarted job resumes its own persistent session."""
+    """No client_id given: the id comes from the job id the checkpoint keeps, through the
+    launcher and the supervisor on the executor, so the restarted job resumes its own
+    persistent session, even moved to another path (issue 36: named after the path, two
+    pods' jobs shared one); and its retained message is stored once, not at every start."""
     import paho.mqtt.client as mqtt
 
     topic = f"it/{uuid.uuid4().hex[:8]}"
-    checkpoint = str(tmp_path / "ck")
     publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
     publisher.connect("127.0.0.1", mosquitto_port)
     publisher.loop_start()
+    publisher.publish(topic, "retained state", qos=1, retain=True).wait_for_publish(10)
 
-    def run_job() -> tuple[StreamingContext, Collected]:
+    def run_job(checkpoint: str) -> tuple[StreamingContext, Collected]:
         ssc = StreamingContext(spark, batch_interval_ms=1000, checkpoint_dir=checkpoint)
         collected = Collected()
         ssc.receiver_stream(MqttReceiver("127.0.0.1", mosquitto_port, topic)).foreach_batch(
@@ -234,24 +236,40 @@ def test_mqtt_job_restarted_from_its_checkpoint_gets_what_was_published_while_do
         publisher.publish(topic, "probe", qos=1).wait_for_publish(5)
         return wait_until(lambda: "probe" in collected.values(), 1.5)
 
+    runs: list[list[str]] = []
+    checkpoint = tmp_path / "ck"
     try:
-        ssc, collected = run_job()
+        ssc, collected = run_job(str(checkpoint))
         try:
             assert wait_until(lambda: subscribed(collected), 60), "never subscribed"
         finally:
             ssc.stop(graceful=True)
+        runs.append(collected.values())
         sent = [f"while down {i}" for i in range(100)]
         for info in [publisher.publish(topic, v, qos=1) for v in sent]:
             info.wait_for_publish(10)
-        ssc, collected = run_job()
+        moved = tmp_path / "moved" / "ck"  # the job's volume, mounted elsewhere
+        moved.parent.mkdir()
+        checkpoint.rename(moved)
+        ssc, collected = run_job(str(moved))
         try:
             assert wait_until(lambda: collected.count() >= len(sent), 60), collected.values()
         finally:
             ssc.stop(graceful=True)
+        runs.append(collected.values())
+        ssc, collected = run_job(str(moved))  # a third start: no retained message again
+        try:
+            assert wait_until(lambda: subscribed(collected), 60), "never subscribed"
+        finally:
+            ssc.stop(graceful=True)
+        runs.append(collected.values())
     finally:
+        publisher.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)
         publisher.disconnect()
         publisher.loop_stop()
-    assert [v for v in collected.values() if v != "probe"] == sent
+    assert [v for v in runs[1] if v != "probe"] == sent
+    everything = [v for run in runs for v in run if v != "probe"]
+    assert everything.count("retained state") == 1, runs
 
 
 def test_a_receiver_that_always_fails_fails_the_context_with_the_cause(spark):

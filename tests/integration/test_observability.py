@@ -9,6 +9,7 @@ import re
 import shutil
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -119,7 +120,8 @@ def test_progress_json_has_the_field_names_of_structured_streaming(spark):
     for key in theirs:
         if theirs[key] is not None and key not in ("sources", "sink", "durationMs"):
             assert isinstance(ours[key], type(theirs[key])) or {
-                type(ours[key]), type(theirs[key])
+                type(ours[key]),
+                type(theirs[key]),
             } <= {int, float}, key
     assert set(theirs["sources"][0]) - {"metrics"} <= set(ours["sources"][0])
     assert set(theirs["sink"]) <= set(ours["sink"])
@@ -174,13 +176,13 @@ def test_the_status_page_in_a_real_headless_chromium(spark, tmp_path):
             browser.get(url)
             wait = WebDriverWait(browser, 60, poll_frequency=0.2)
             wait.until(
-                lambda b: float(
-                    b.find_element(By.ID, "chart-input-rate").get_attribute("data-max") or 0
-                ) > 0
+                lambda b: (
+                    float(b.find_element(By.ID, "chart-input-rate").get_attribute("data-max") or 0)
+                    > 0
+                )
             )
             wait.until(
-                lambda b: "ACTIVE"
-                in b.find_element(By.CSS_SELECTOR, "#receivers tbody").text
+                lambda b: "ACTIVE" in b.find_element(By.CSS_SELECTOR, "#receivers tbody").text
             )
             wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#batches tbody tr")) >= 2)
             streams = browser.find_element(By.CSS_SELECTOR, "#streams tbody").text
@@ -198,3 +200,51 @@ def test_the_status_page_in_a_real_headless_chromium(spark, tmp_path):
                 shutil.copy(shot, ROOT / "docs" / "img" / "status-page.png")
     finally:
         ssc.stop(graceful=False)
+
+
+def test_the_status_page_opened_with_credentials_in_its_address_shows_data(tmp_path):
+    """``http://user:secret@host:port/`` is how a browser sends basic auth from an address
+    (issue 36): the page's requests must still reach the API (fetch() refuses addresses
+    holding credentials, and relative ones inherit the page's)."""
+    from browser import chromium
+    from ingest_run import IngestRun
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    secret = "s3cret-page"
+    run = IngestRun(
+        [
+            *("--source", "generator://?rate=500", "--sink", "console", "--progress", "lines"),
+            *("--conf", f"spark.authenticate.secret={secret}"),
+            *("--conf", "spark.receivers.ui.port=0", "--conf", "spark.ui.enabled=false"),
+        ],
+        tmp_path / "ingest.log",
+    )
+    try:
+        text = run.wait_for(
+            lambda t: re.search(r"status page (http://\S+/)", t), 240, "the status page"
+        )
+        url = re.search(r"status page (http://\S+/)", text).group(1)
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(url, timeout=10)  # the page needs the secret
+        with_credentials = url.replace("http://", f"http://spark:{secret}@", 1)
+        with chromium() as browser:
+            browser.get(with_credentials)
+            wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+            wait.until(
+                lambda b: (
+                    "ACTIVE" in b.find_element(By.CSS_SELECTOR, "#receivers tbody").text
+                    or b.find_element(By.ID, "problem").text
+                )
+            )
+            assert browser.find_element(By.ID, "problem").text == ""
+            wait.until(
+                lambda b: (
+                    float(b.find_element(By.ID, "chart-input-rate").get_attribute("data-max") or 0)
+                    > 0
+                )
+            )
+            assert "GeneratorReceiver-0" in browser.find_element(By.CSS_SELECTOR, "#streams").text
+            assert browser.find_element(By.ID, "problem").text == ""
+    finally:
+        run.stop()

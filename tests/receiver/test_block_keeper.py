@@ -143,6 +143,26 @@ def test_the_receiver_wal_and_keepers_off_mean_one_copy(caplog):
     assert effective_level(StorageLevel.MEMORY_ONLY_2, off, 0) is StorageLevel.MEMORY_ONLY
 
 
+def test_local_mode_keeps_one_copy_and_says_so_once_as_information(caplog, monkeypatch):
+    """Local mode's one executor is Spark's "driver": no other can ever hold a replica, so
+    that is said once, at start, as information, not warned as a degraded level every run."""
+    import logging
+
+    from spark_receivers.receiver import block_placement
+
+    monkeypatch.setattr(block_placement, "_said_local", threading.Event())
+    two = StorageLevel.MEMORY_AND_DISK_2
+    caplog.set_level(logging.INFO, logger="spark_receivers.receiver.block_placement")
+    for stream in range(3):  # three receivers, or one started three times
+        assert effective_level(two, StreamingConfig(), stream, "driver") is (
+            StorageLevel.MEMORY_AND_DISK
+        )
+    said = [r for r in caplog.records if "local mode has one executor" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert effective_level(two, StreamingConfig(), 0, "1") is two  # an executor of a cluster
+
+
 # --- the keeper server ------------------------------------------------------------------
 
 

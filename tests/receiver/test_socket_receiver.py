@@ -121,6 +121,7 @@ def test_fail_policy_stops_the_receiver_with_the_error(tracker):
     (dereg,) = tracker.of(m.DeregisterReceiver)
     assert dereg.message == "bad record: line is not valid UTF-8"
     assert "UnicodeDecodeError" in dereg.error
+    assert dereg.bad_record  # for good: the driver fails the context, no restart
     assert tracker.records() == len(GOOD_BEFORE)  # the lines before it were kept
 
 

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from spark_receivers.config import StreamingConfig
+from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.receiver import Receiver
@@ -21,7 +22,11 @@ from spark_receivers.receiver.schema import check_record, is_default, to_table
 
 
 class HarnessSupervisor:
-    """``checkpoint_dir`` and ``app_id`` play the job's identity (``durable_name``)."""
+    """``checkpoint_dir`` and ``app_id`` play the job's identity (``durable_name``).
+
+    As a context does at start, a ``checkpoint_dir`` gives the config the job id kept
+    in it (written there the first time); ``job_id`` sets one instead.
+    """
 
     # No fast path: every store goes through add_records, which the tests watch.
     add_text = None
@@ -34,9 +39,12 @@ class HarnessSupervisor:
         *,
         checkpoint_dir: str = "",
         app_id: str = "",
+        job_id: str | None = None,
     ):
         self.receiver = receiver
-        self.config = StreamingConfig(checkpoint_dir=checkpoint_dir)
+        if job_id is None and checkpoint_dir:
+            job_id = checkpoint_job_id(checkpoint_dir)
+        self.config = StreamingConfig(checkpoint_dir=checkpoint_dir, job_id=job_id or "")
         self.app_id = app_id
         self.rate_limiter = RateLimiter(max_rate)
         self.records: list[Any] = []

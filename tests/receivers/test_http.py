@@ -102,6 +102,21 @@ def test_body_over_the_limit_is_413_and_nothing_is_stored(make):
     assert sup.records == ["ok"]
 
 
+def test_a_line_over_max_record_bytes_is_413_naming_it_and_nothing_is_stored(make):
+    """The body is within max_body_bytes but one of its lines is longer than a record may
+    be (issue 36: such a row kills the executor's JVM)."""
+    receiver, sup = make()  # the default limit, 1 MiB
+    long_line = b"z" * (1024 * 1024 + 1)
+    status, _, body = post(receiver.bound_port, b"fine\n" + long_line + b"\r\nafter\n")
+    assert status == 413
+    assert body["error"] == "line 2 is 1,048,577 bytes, longer than max_record_bytes=1,048,576"
+    assert sup.records == []
+    assert post(receiver.bound_port, b"z" * (1024 * 1024) + b"\n")[0] == 200  # at the limit
+    roomy, sup2 = make(max_record_bytes=2 * 1024 * 1024)
+    assert post(roomy.bound_port, b"fine\n" + long_line + b"\n")[0] == 200
+    assert len(sup2.records) == 2
+
+
 def test_invalid_utf8_is_400_naming_the_line(make):
     receiver, sup = make()
     status, _, body = post(receiver.bound_port, b"fine\nalso fine\nbad \xff here\n")

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import threading
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pyarrow as pa
 import pytest
 from harness import HarnessSupervisor, wait_until
 
+from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.source_support import JobName
 from spark_receivers.receivers import MqttReceiver
 from spark_receivers.receivers.mqtt_session import Drop, TakeoverDetector
 
@@ -40,6 +46,13 @@ def names() -> tuple[str, str]:
 
 def start(receiver: MqttReceiver) -> HarnessSupervisor:
     sup = HarnessSupervisor(receiver).start()
+    assert receiver.wait_subscribed(10), "receiver did not subscribe"
+    return sup
+
+
+def start_as(receiver: MqttReceiver, job: JobName) -> HarnessSupervisor:
+    """Start ``receiver`` as a task of ``job`` (stream 0)."""
+    sup = HarnessSupervisor(receiver, job_id=job.job_id, app_id=job.app_id).start()
     assert receiver.wait_subscribed(10), "receiver did not subscribe"
     return sup
 
@@ -72,19 +85,117 @@ def test_messages_published_while_stopped_arrive_after_restart(mosquitto_port, p
         sup2.shutdown()
 
 
-def test_a_message_whose_store_failed_is_redelivered(mosquitto_port, publisher):
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_message_whose_store_failed_is_redelivered(mosquitto_port, publisher, qos):
+    """At QoS 2 too (issue 36): paho answers PUBREC before the receiver has the message,
+    after which the broker only repeats PUBREL; subscribed at QoS 1 it is redelivered."""
     topic, client_id = names()
-    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id)
+    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic, client_id=client_id, qos=qos)
     sup = start(receiver)
     try:
         sup.fail_stores = OSError("driver unreachable")
-        publish(publisher, topic, ["precious"])
+        publish(publisher, topic, ["precious"], qos=qos)
         assert wait_until(lambda: sup.restarts, 10)
         assert receiver.messages_acked == 0
         sup.fail_stores = None
         assert sup.wait_for(1, 20) == ["precious"]  # the broker sent it again
     finally:
         sup.shutdown()
+
+
+def test_what_is_published_between_the_start_and_the_receivers_connection_waits_for_it(
+    mosquitto_port, publisher
+):
+    """The context opens the session at start (prepare_source, on the driver): a receiver's
+    task connects seconds or minutes later, and a broker keeps for a subscriber only what is
+    published once its subscription exists (issue 36: a burst right after start was lost)."""
+    topic, _ = names()
+    job = JobName(job_id=uuid.uuid4().hex[:16])
+    receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+    receiver._stream_id = 0  # as the context numbers it
+    receiver.prepare_source(job)  # StreamingContext.start()
+    publish(publisher, topic, [f"early {i}" for i in range(300)])
+    sup = start_as(receiver, job)
+    try:
+        assert sup.wait_for(300) == [f"early {i}" for i in range(300)]
+        assert receiver.client_name == f"spark-receivers-{job.job_id}-0"
+    finally:
+        sup.shutdown()
+
+
+def test_a_retained_message_is_stored_once_per_job_not_at_every_start(mosquitto_port, publisher):
+    """3 starts of one job (its checkpoint's job id) store the retained message once."""
+    topic, _ = names()
+    publisher.publish(topic, "retained state", qos=1, retain=True).wait_for_publish(10)
+    job = JobName(job_id=uuid.uuid4().hex[:16])
+    stored = []
+    try:
+        for run in range(3):
+            receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+            receiver._stream_id = 0
+            receiver.prepare_source(job)  # each start of the job, as the context does
+            sup = start_as(receiver, job)
+            publish(publisher, topic, [f"run {run}"])
+            stored += sup.wait_for(1 if run else 2)
+            acked = len(sup.records)  # then shut down: an unacked one would come again
+            assert wait_until(lambda r=receiver, n=acked: r.messages_acked == n, 5)
+            sup.shutdown()
+        assert stored == ["retained state", "run 0", "run 1", "run 2"]
+    finally:
+        publisher.publish(topic, b"", qos=1, retain=True).wait_for_publish(10)  # clear it
+
+
+@pytest.fixture(scope="module")
+def stock_mosquitto(tmp_path_factory):
+    """A mosquitto with its own defaults for the queues: 20 in flight, 1000 queued."""
+    root = tmp_path_factory.mktemp("stock-mosquitto")
+    (root / "stock.conf").write_text("max_inflight_messages 20\nmax_queued_messages 1000\n")
+    env = {
+        **os.environ,
+        "SPARK_RECEIVERS_SERVICES_DIR": str(root / "services"),
+        "SPARK_RECEIVERS_MOSQUITTO_CONF": str(root / "stock.conf"),
+    }
+    script = Path(__file__).resolve().parents[2] / "scripts" / "services.sh"
+    done = subprocess.run(
+        ["bash", str(script), "start", "mosquitto"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    yield int(done.stdout.split()[-1])
+    subprocess.run(["bash", str(script), "stop", "mosquitto"], env=env, capture_output=True)
+
+
+def test_a_burst_waits_in_flight_for_the_receiver_not_in_the_brokers_queue(stock_mosquitto):
+    """mosquitto's defaults keep 20 messages in flight to a client and queue 1000 more,
+    dropping the rest. A receiver acks a batch only once it is stored (slower than a
+    client that acks on receipt), so a burst piled up in the queue and was dropped past
+    it while a control subscriber on the same broker lost nothing (issue 36: 1,560 of
+    3,000). The receiver asks for max_batch in flight (MQTT 5 Receive Maximum)."""
+    topic, client_id = names()
+    receiver = MqttReceiver("127.0.0.1", stock_mosquitto, topic, client_id=client_id)
+    sup = start(receiver)
+    sup.store_delay_s = 0.3  # a reliable store of a busy job
+    got: list[str] = []
+    control = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"control-{client_id}")
+    control.on_message = lambda c, u, m: got.append(m.payload.decode())
+    subscribed = threading.Event()
+    control.on_subscribe = lambda *_: subscribed.set()
+    control.connect("127.0.0.1", stock_mosquitto)
+    control.loop_start()
+    control.subscribe(topic, 1)
+    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"pub-{client_id}")
+    pub.connect("127.0.0.1", stock_mosquitto)
+    pub.loop_start()
+    try:
+        assert subscribed.wait(10)
+        payloads = [f"m{i}" for i in range(1500)]
+        publish(pub, topic, payloads)
+        assert sup.wait_for(1500, 60) == payloads
+        assert wait_until(lambda: len(got) == 1500, 10)
+    finally:
+        sup.shutdown()
+        for client in (control, pub):
+            client.disconnect()
+            client.loop_stop()
 
 
 def test_topic_and_payload_columns_under_a_declared_schema(mosquitto_port, publisher):
@@ -99,6 +210,33 @@ def test_topic_and_payload_columns_under_a_declared_schema(mosquitto_port, publi
         assert sup.wait_for(1) == [{"topic": topic + "/a", "payload": "x"}]
     finally:
         sup.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("topic", "rule"),
+    [
+        ("a/#/b", "'#' must be the last level"),
+        ("logs#", "'#' must stand alone in its level"),
+        ("sensors/a+/temp", "'+' must stand alone in a level"),
+        ("+a", "'+' must stand alone in a level"),
+        ("", "non-empty"),
+        ("a/\x00", "U+0000"),
+        ("x" * 65_536, "longer than 65,535 bytes"),
+        ("$share//t", "a shared subscription"),
+        ("$share/g", "needs a filter after the group"),
+        ("$share/g+/t", "a shared subscription"),
+        ("$share/g/a/#/b", "'#' must be the last level"),
+    ],
+)
+def test_an_invalid_topic_filter_is_refused_when_the_receiver_is_made(topic, rule):
+    with pytest.raises(ConfigError, match="invalid MQTT topic filter") as refused:
+        MqttReceiver("127.0.0.1", 1883, topic)
+    assert rule in str(refused.value)
+
+
+@pytest.mark.parametrize("topic", ["#", "a/#", "+", "+/+/#", "a/+/b", "/a//b/", "$share/g/a/+"])
+def test_valid_topic_filters_are_taken(topic):
+    assert MqttReceiver("127.0.0.1", 1883, topic).topic == topic
 
 
 def test_bad_options_are_refused():
@@ -151,6 +289,47 @@ def test_two_jobs_at_once_and_one_restarted_each_get_exactly_their_own(
     finally:
         sup_a.shutdown()
         sup_b.shutdown()
+
+
+def test_two_pods_with_their_own_checkpoint_at_the_same_path_keep_their_own_sessions(
+    mosquitto_port, publisher, tmp_path
+):
+    """Every pod of a deployment mounts its own volume at one path (issue 36): two jobs.
+
+    Simulated with one path string and two directories: pod A's volume is made at the
+    path, moved aside, and pod B's is made at the same path. Named after the path, both
+    jobs had one client id, kicked each other off the broker and lost acked messages.
+    """
+    tag = uuid.uuid4().hex[:8]
+    mount = tmp_path / "ckpt"
+    mount.mkdir()
+    id_a = checkpoint_job_id(str(mount))  # pod A's first start writes its id
+    mount.rename(tmp_path / "volume-a")
+    mount.mkdir()  # pod B's volume, at the same path
+    id_b = checkpoint_job_id(str(mount))
+    assert id_a != id_b
+
+    def job(topic, job_id):
+        receiver = MqttReceiver("127.0.0.1", mosquitto_port, topic)
+        sup = HarnessSupervisor(receiver, checkpoint_dir=str(mount), job_id=job_id).start()
+        assert receiver.wait_subscribed(10)
+        return receiver, sup
+
+    a, sup_a = job(f"pods/{tag}/a", id_a)
+    b, sup_b = job(f"pods/{tag}/b", id_b)
+    try:
+        assert a.client_name == f"spark-receivers-{id_a}-0" != b.client_name
+        publish(publisher, f"pods/{tag}/a", [f"a{i}" for i in range(600)])
+        publish(publisher, f"pods/{tag}/b", [f"b{i}" for i in range(600)])
+        assert sup_a.wait_for(600) == [f"a{i}" for i in range(600)]
+        assert sup_b.wait_for(600) == [f"b{i}" for i in range(600)]
+        assert wait_until(lambda: a.messages_acked == 600 and b.messages_acked == 600, 10)
+        assert sup_a.errors == sup_b.errors == [] and sup_a.restarts == sup_b.restarts == []
+    finally:
+        sup_a.shutdown()
+        sup_b.shutdown()
+    # pod A restarted: its volume mounted again (here, read where it is): its own id
+    assert checkpoint_job_id(str(tmp_path / "volume-a")) == id_a
 
 
 def test_a_second_client_with_the_same_id_is_detected_and_reported(mosquitto_port, publisher):
@@ -255,6 +434,39 @@ def test_a_binary_payload_is_skipped_or_dead_lettered_and_acked(
         (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
         assert letter["key"] == f"topic {topic}"
         assert base64.b64decode(letter["base64"]) == b"x\xff"
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_a_payload_over_max_record_bytes_goes_by_the_policy_and_the_others_arrive(
+    mosquitto_port, publisher, tmp_path, policy
+):
+    """A 3 MiB message among small ones (issue 36: one of 100 MB was PUBACKed and the
+    driver's JVM died; nothing reached the sink)."""
+    topic, client_id = names()
+    receiver = MqttReceiver(
+        "127.0.0.1",
+        mosquitto_port,
+        topic,
+        client_id=client_id,
+        bad_record_policy=policy,
+        dead_letter_dir=str(tmp_path) if policy == "dead_letter" else None,
+    )
+    sup = start(receiver)
+    big = b"z" * (3 * 1024 * 1024)
+    try:
+        publish(publisher, topic, [b"before", big, b"after"])
+        assert sup.wait_for(2) == ["before", "after"]
+        assert wait_until(lambda: receiver.messages_acked == 3, 5)  # the big one too
+        (error,) = sup.wait_for_errors(1)
+        assert f"message on '{topic}' is 3,145,728 bytes, longer than max_record_bytes" in error
+        assert sup.restarts == [] and receiver.bad_records == 1
+    finally:
+        sup.shutdown()
+    if policy == "dead_letter":
+        (path,) = tmp_path.glob("stream-0-*.jsonl")
+        (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert letter["key"] == f"topic {topic}" and letter["bytes"] == len(big)
+        assert (tmp_path / letter["file"]).read_bytes() == big
 
 
 def test_a_binary_payload_under_fail_stops_and_is_not_acked(mosquitto_port, publisher):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import uuid
 from datetime import UTC, datetime
 
@@ -185,6 +186,48 @@ def test_a_binary_entry_is_skipped_or_dead_lettered_and_later_entries_arrive(
         assert letter["key"] == bad_id
         assert base64.b64decode(letter["base64"]) == b"x\xff"
         assert "not UTF-8" in letter["reason"]
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_an_entry_over_max_record_bytes_goes_by_the_policy_and_the_others_arrive(
+    redis_url, client, names, tmp_path, policy
+):
+    """A 3 MiB entry among small ones (issue 36: one of 100 MB, all XACKed, none stored)."""
+    stream, group = names
+    add(client, stream, [f"small {i}" for i in range(50)])
+    port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    big = b"y" * (3 * 1024 * 1024)
+    done = subprocess.run(  # the real client, the value from stdin
+        ["redis-cli", "-p", port, "-x", "XADD", stream, "*", "value"],
+        input=big,
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    big_id = done.stdout.decode().strip()
+    add(client, stream, [f"small {i}" for i in range(50, 100)])
+    receiver = RedisStreamReceiver(
+        stream,
+        group,
+        url=redis_url,
+        block_ms=100,
+        bad_record_policy=policy,
+        dead_letter_dir=str(tmp_path) if policy == "dead_letter" else None,
+    )
+    sup = run(receiver)
+    try:
+        assert sup.wait_for(100) == [f"small {i}" for i in range(100)]
+        assert wait_until(lambda: pending(client, stream, group) == 0, 5)
+        (error,) = sup.wait_for_errors(1)
+        assert f"entry {big_id} of stream '{stream}' is 3,145,733 bytes, longer than " in error
+        assert receiver.bad_records == 1 and sup.restarts == []
+    finally:
+        sup.shutdown()
+    if policy == "dead_letter":
+        (path,) = tmp_path.glob("stream-0-*.jsonl")
+        (letter,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert letter["key"] == big_id and letter["bytes"] == len(big)
+        assert (tmp_path / letter["file"]).read_bytes() == big
 
 
 def test_a_binary_entry_under_fail_stops_the_receiver_and_stays_pending(

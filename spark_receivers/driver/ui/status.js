@@ -179,8 +179,14 @@ function renderBatches(batches, intervalMs) {
   }));
 }
 
+// API addresses are built on the page's origin, never on its address: a page opened as
+// http://user:secret@host:port/ (how a browser sends basic auth from an address) would
+// give relative addresses those credentials, and fetch() refuses any address holding
+// them. The browser still sends the credentials it was given for this origin.
+const API_BASE = new URL(".", location.origin + location.pathname);
+
 async function getJson(path) {
-  const response = await fetch(path, { cache: "no-store" });
+  const response = await fetch(new URL(path, API_BASE), { cache: "no-store" });
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
   return response.json();
 }
