@@ -78,8 +78,10 @@ def test_ports_and_advertised_hosts_come_from_the_keys(spark):
     try:
         assert wait_for(lambda: len(seen) >= len(records))
         host, port = ssc.status().tracker_address.rsplit(":", 1)
-        assert host == "localhost" and first <= int(port) <= first + 4
+        # The name is advertised as the one address it resolves to that is bound.
+        assert host == "127.0.0.1" and first <= int(port) <= first + 4
         endpoint = ssc.status().receivers[0].endpoint
+        assert endpoint.startswith("127.0.0.1:")
         assert first + 5 <= int(endpoint.rsplit(":", 1)[1]) <= last
     finally:
         ssc.stop(graceful=True)
