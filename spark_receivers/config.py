@@ -171,6 +171,14 @@ class StreamingConfig(DeploymentKeys):
         "After a stop, how long a receiver's job may take to end before it is cancelled.",
         old="spark.streaming.receiver.stopTimeout",
     )
+    receiver_start_timeout_s: float = key(
+        60.0,
+        "spark.receivers.receiver.startTimeout",
+        "How long a receiver may take to start, from its job's launch to its registration: "
+        "after a restart from a checkpoint the batches to redo wait up to this for the "
+        "receivers to start (or fail), and a graceful stop waits up to this for receivers "
+        "still starting; 0 = neither waits.",
+    )
     receiver_drain_timeout_s: float = key(
         120.0,
         "spark.receivers.receiver.drainTimeout",

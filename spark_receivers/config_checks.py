@@ -91,6 +91,7 @@ def validate(cfg: Any) -> None:
     for name in (
         "receiver_max_rate",
         "warm_up_timeout_s",
+        "receiver_start_timeout_s",
         "backpressure_initial_rate",
         "backpressure_pid_proportional",
         "backpressure_pid_integral",

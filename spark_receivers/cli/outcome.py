@@ -8,7 +8,8 @@ Exit statuses:
 * ``1`` — the stream failed (a batch failed, the context failed), the source's
   server stayed unreachable (``--unreachable-timeout``, or at the stop), the stop
   left received records unprocessed, or a receiver never started and nothing was
-  received (nor redone from a recovered checkpoint);
+  received (a recovered run too: it redid its checkpoint's batches, but received
+  nothing new);
 * ``2`` — a bad argument, URI, sink or setting (before Spark starts when it can be
   known then);
 * ``130`` — stopped at once by a second Ctrl-C.
@@ -88,21 +89,22 @@ def judge(
             "spark.streaming.gracefulStopTimeout gives the last batches more time"
         )
         return Outcome(EXIT_FAILED, (*lines, reason))
-    never = [r for r in status.receivers if r.endpoint is None]  # never registered
+    # Never registered. Not a matter of when the run was stopped: a graceful stop lets a
+    # receiver still starting finish first, within spark.receivers.receiver.startTimeout
+    # of its launch (driver/job_scheduler.py), so this one failed to start, or no executor
+    # ran its task for that long.
+    never = [r for r in status.receivers if r.endpoint is None]
     if never and received == 0:
         r = never[0]
         why = (
             f"its last error: {r.last_error_message}"
             if r.last_error_message
-            else "no executor ran its task (are the executors' task slots all taken?)"
+            else "no executor ran its task within spark.receivers.receiver.startTimeout "
+            "(are the executors' task slots all taken?)"
         )
-        if not replayed:
-            reason = (
-                f"error: receiver {r.name} never started, so nothing was received; {why}. "
-                "Check the source and the cluster, or give it a longer --seconds"
-            )
-            return Outcome(EXIT_FAILED, (*lines, reason))
-        # Stopped while its receiver was still starting, a recovered run has done its
-        # work: it redid every batch the crash left.
-        lines.append(f"note: receiver {r.name} never started in this run; {why}")
+        reason = (
+            f"error: receiver {r.name} never started, so nothing was received; {why}. "
+            "Check the source and the cluster"
+        )
+        return Outcome(EXIT_FAILED, (*lines, reason))
     return Outcome(EXIT_OK, tuple(lines))

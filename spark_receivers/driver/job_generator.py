@@ -22,7 +22,11 @@ pending batch needs. :meth:`JobGenerator.start` with a checkpoint restarts as
 Spark's JobGenerator does: the batches that were pending and those that were
 allocated but not completed run again (allocation is a no-op for them, so they
 keep their logged blocks), then the batches of the down time, then the timer
-continues on the grid.
+continues on the grid. Every one of them is allocated in :meth:`JobGenerator.start`,
+before any receiver of the new run exists, so none gets a block of the new run; with
+``hold=True`` they then wait, queued, until :meth:`JobGenerator.release` (the job
+scheduler releases them once the receivers started: the receivers' tasks do not wait
+behind them for a task slot and CPU).
 """
 
 from __future__ import annotations
@@ -127,6 +131,9 @@ class JobGenerator:
         self._executor = ThreadPoolExecutor(concurrent_jobs, thread_name_prefix="streaming-batch")
         self._lock = threading.Condition()
         self._pending: dict[int, Future[None]] = {}
+        self._released = threading.Event()
+        self._released.set()
+        self._dropping = False  # a stop at once: held batches are dropped, not run
         self._last_completed_ms = -1
         self.drain_timeout_s = 3600.0
         self.batches_completed = 0
@@ -137,13 +144,16 @@ class JobGenerator:
         """The newest batch time whose processing completed (-1 before any)."""
         return self._last_completed_ms
 
-    def start(self, recovery: Checkpoint | None = None) -> int:
+    def start(self, recovery: Checkpoint | None = None, hold: bool = False) -> int:
         """Start the timer; return the first batch time (on the batch grid).
 
         With ``recovery`` (a checkpoint read back by ``get_or_create``) first
-        queue the batches to run again and those of the down time (see the
-        module doc); the timer then starts at the first grid time after now.
+        allocate and queue the batches to run again and those of the down time (see
+        the module doc); the timer then starts at the first grid time after now.
+        ``hold``: queued batches run only after :meth:`release` (or a stop).
         """
+        if hold:
+            self._released.clear()
         if recovery is None:
             return self._timer.start()
         interval = self.batch_interval_ms
@@ -172,6 +182,10 @@ class JobGenerator:
         for t in times:
             self._generate(t)
         return self._timer.start(restart_ms)
+
+    def release(self) -> None:
+        """Let the queued batches run (after ``start(hold=True)``); idempotent."""
+        self._released.set()
 
     def _write_checkpoint(self) -> None:
         with self._checkpoint_lock:
@@ -203,6 +217,13 @@ class JobGenerator:
 
     def _run_batch(self, info: BatchInfo, blocks: dict[int, list[ReceivedBlockInfo]]) -> None:
         t = info.batch_time_ms
+        self._released.wait()
+        if self._dropping:
+            with self._lock:
+                self._pending.pop(t, None)
+                self._lock.notify_all()
+            log.info("batch %d dropped: the context stopped at once before it ran", t)
+            return
         info = replace(info, processing_start_time_ms=self._clock.get_time_ms())
         self._bus.post("on_batch_started", info)
         failure: BaseException | None = None
@@ -277,6 +298,8 @@ class JobGenerator:
         """
         deadline = self._clock.get_time_ms() + timeout_ms
         completed = True
+        self._dropping = not graceful
+        self._released.set()  # a graceful stop runs the held batches; a stop at once drops them
         if graceful:
             with self._block_tracker.allocation_changed:
                 while self._block_tracker.has_unallocated_blocks():

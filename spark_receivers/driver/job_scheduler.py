@@ -10,9 +10,15 @@ reasons: start the block tracker (a recovering driver replays its WAL), the bus,
 the tracker endpoint (tracker core, launcher, outbox, block keepers' registry),
 rate controllers, the job generator; then keepers on every executor, the batch
 path's warm-up (``driver/batch_reader.py``: its one-time costs are paid before the
-first batch time), the receivers and the timer (recovering: the timer first).
-A graceful stop stops the receivers (they push their last blocks and deregister),
-processes every block received, releases the receivers and keepers, then closes
+first batch time), the receivers and the timer. **Recovering** from a checkpoint, the
+batches to redo and those of the down time are allocated first (from the WAL, before
+any receiver of this run can add a block), then the receivers are launched, and the
+queued batches run once every receiver started or failed to
+(``spark.receivers.receiver.startTimeout`` at most): the receivers' tasks get their
+task slots and CPU before the redone batches, not after them.
+A graceful stop lets receivers that are still starting finish (within
+``startTimeout`` of their launch), stops the receivers (they push their last blocks
+and deregister), processes every block received, releases the receivers and keepers, then closes
 the endpoint, the outbox, the WAL, the controllers and the bus; a stop that is not
 graceful waits for no deregistration and drops the queued batches.
 
@@ -242,12 +248,39 @@ class JobScheduler:
         if graph.batched_ids:
             self._batches.warm_up(self._network, cfg.warm_up_timeout_s)
         if self._recovery is not None:
-            self.job_generator.start(self._recovery)
+            hold = bool(graph.receivers) and cfg.receiver_start_timeout_s > 0
+            self.job_generator.start(self._recovery, hold=hold)
             self.receiver_tracker.start()
+            if hold:
+                threading.Thread(
+                    target=self._release_recovered_batches,
+                    name="recovered-batches-release",
+                    daemon=True,
+                ).start()
         else:
             self.receiver_tracker.start()
             self.job_generator.start()
         self._started = True
+
+    def _release_recovered_batches(self) -> None:
+        """Let the redone batches run once every receiver started (or failed to)."""
+        timeout_s = self._config.receiver_start_timeout_s
+        if not self.receiver_tracker.wait_receivers_started(timeout_s):
+            log.warning(
+                "receivers %s did not start within %.0f s (spark.receivers.receiver."
+                "startTimeout): the batches to redo run without waiting for them",
+                self.receiver_tracker.starting_receivers(),
+                timeout_s,
+            )
+        self.job_generator.release()
+
+    def _receiver_start_left_s(self) -> float:
+        """What is left of ``startTimeout`` since the receivers were launched."""
+        launched = self.receiver_tracker.started_at_ms
+        if launched is None:
+            return 0.0
+        elapsed_s = (self._clock.get_time_ms() - launched) / 1000.0
+        return max(0.0, self._config.receiver_start_timeout_s - elapsed_s)
 
     def _publish_rate(self, stream_id: int, rate: float) -> None:
         if not self._stopped:
@@ -393,6 +426,9 @@ class JobScheduler:
         sc = self._spark.sparkContext
         sc.cancelJobGroup(WARM_UP_JOB_GROUP)
         tracker = self.receiver_tracker
+        left_s = self._receiver_start_left_s() if graceful else 0.0
+        if left_s > 0 and not tracker.wait_receivers_started(left_s):
+            log.warning("receivers %s still starting at the stop", tracker.starting_receivers())
         tracker.stop_receivers()
         if graceful and not tracker.wait_receivers_stopped(timeout_ms / 1000.0):
             log.warning("receivers did not deregister within %d ms", timeout_ms)

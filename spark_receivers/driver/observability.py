@@ -29,7 +29,7 @@ from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
 from spark_receivers.driver.status import StreamingStatus
 from spark_receivers.driver.status_api import StatusApi, StreamDescription
 from spark_receivers.driver.ui_server import StatusServer
-from spark_receivers.rpc.hosts import local_host
+from spark_receivers.rpc.hosts import literal_address, local_host
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,15 @@ ALL_INTERFACES = "0.0.0.0"
 
 
 def ui_bind_host(config: StreamingConfig, environ: Mapping[str, str] | None = None) -> str:
-    """Where the status page binds: ``spark.receivers.ui.host``, SPARK_LOCAL_IP, all."""
+    """Where the status page binds: ``spark.receivers.ui.host``, SPARK_LOCAL_IP, all.
+
+    One literal address (a name is resolved once: it could stand for several).
+    """
     env = os.environ if environ is None else environ
-    return config.ui_host or env.get("SPARK_LOCAL_IP") or ALL_INTERFACES
+    if config.ui_host:
+        return literal_address(config.ui_host, "spark.receivers.ui.host")
+    ip = env.get("SPARK_LOCAL_IP")
+    return literal_address(ip, "SPARK_LOCAL_IP") if ip else ALL_INTERFACES
 
 
 class Observability:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, TaskLocation
 from spark_receivers.errors import ConfigError, ReceiverError
+from spark_receivers.rpc.hosts import local_host
 from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function
 from spark_receivers.util.clock import Clock, SystemClock
 
@@ -97,10 +98,15 @@ def expected_executors(sc: SparkContext) -> int:
 
 
 def alive_executors(sc: SparkContext) -> list[ExecutorCacheTaskLocation]:
-    """Executors alive now, as locations (the driver itself in local mode)."""
+    """Executors alive now, as locations (the driver itself in local mode).
+
+    A location's host is the one Spark knows the executor by (its task locations
+    compare them); locally ``spark.driver.host``, which Spark always sets.
+    """
     js = sc._jsc.sc()  # type: ignore[union-attr]
     if is_local_master(sc.master or ""):
-        host = sc.getConf().get("spark.driver.host") or "localhost"
+        conf = sc.getConf()
+        host = conf.get("spark.driver.host") or local_host(dict(conf.getAll()))
         return [ExecutorCacheTaskLocation(host, "driver")]
     hosts: list[str] = []
     keys = js.getExecutorMemoryStatus().keysIterator()

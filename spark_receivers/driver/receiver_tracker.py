@@ -22,6 +22,12 @@ executors are alive) happen outside it: a receiver that never answers delays onl
 
 States: ``INITIALIZED`` → ``STARTED`` → ``STOPPING`` (receivers told to stop;
 registrations refused) → ``STOPPED``.
+
+**Starting.** A receiver's start is *settled* once it registered, once a job of it
+ended (it failed, or was refused), or once the restart policy gave up on it;
+:meth:`ReceiverTracker.wait_receivers_started` waits for every receiver's. A restarted
+context holds the batches it redoes until then, and a graceful stop lets receivers that
+are still starting finish (both bounded by ``spark.receivers.receiver.startTimeout``).
 """
 
 from __future__ import annotations
@@ -102,6 +108,10 @@ class ReceiverTracker:
         self._on_fatal = on_fatal
         self._endpoints: set[str] = set()
         """Every supervisor endpoint that registered: they may still serve blocks."""
+        self._settled: set[int] = set()
+        """Receivers whose start is settled (see the module doc)."""
+        self.started_at_ms: int | None = None
+        """When :meth:`start` launched the receivers (on the tracker's clock)."""
         self._state = TrackerState.INITIALIZED
 
     # --- lifecycle ----------------------------------------------------------
@@ -118,6 +128,7 @@ class ReceiverTracker:
                 msg = f"cannot start the receiver tracker in state {self._state.name}"
                 raise StateError(msg)
             self._state = TrackerState.STARTED
+            self.started_at_ms = self._clock.get_time_ms()
         if not self._receivers:
             return
         executors = self._launcher.alive_executors()
@@ -149,8 +160,27 @@ class ReceiverTracker:
                 return
             self._state = TrackerState.STOPPING
             endpoints = self._active_endpoints()
+            self._changed.notify_all()
         for endpoint in endpoints:
             self._outbox.send(endpoint, m.StopReceiver())
+
+    def wait_receivers_started(self, timeout_s: float | None) -> bool:
+        """Wait until every receiver's start is settled (see the module doc); False on timeout.
+
+        Returns at once (True) when the tracker is not running: stopping, nothing waits
+        for a receiver to start.
+        """
+        with self._changed:
+            return self._changed.wait_for(self._all_settled, timeout_s)
+
+    def _all_settled(self) -> bool:
+        """Under the lock."""
+        return self._state is not TrackerState.STARTED or self._settled >= set(self._receivers)
+
+    def starting_receivers(self) -> list[int]:
+        """The receivers whose start is not settled yet."""
+        with self._lock:
+            return sorted(set(self._receivers) - self._settled)
 
     def wait_receivers_stopped(self, timeout_s: float | None) -> bool:
         """Wait until no receiver is ACTIVE (they deregistered); False on timeout."""
@@ -239,6 +269,7 @@ class ReceiverTracker:
                 return None
             r = self._receivers[stream_id]
             if not r.launching():
+                self._settle(stream_id)
                 return None
             return list(r.info.scheduled_locations or ())
 
@@ -254,7 +285,7 @@ class ReceiverTracker:
             executor = r.info.running_executor
             if vanished or failure:
                 r.deactivate()
-                self._changed.notify_all()
+            self._settle(stream_id)
         if vanished or failure:
             # The receiver did not deregister: its task or executor died.
             message = (
@@ -367,7 +398,6 @@ class ReceiverTracker:
             self._endpoints.add(msg_.endpoint)
             rate = r.rate_limit
             started = r.to_info()
-            self._changed.notify_all()
         log.info(
             "registered receiver %d at %s on executor %s",
             msg_.stream_id,
@@ -378,6 +408,8 @@ class ReceiverTracker:
             # A relaunched receiver starts at the rate backpressure last published.
             self._outbox.send(msg_.endpoint, m.UpdateRateLimit(rate))
         self._bus.post("on_receiver_started", started)
+        with self._lock:  # after the event: listeners see it before any batch it releases
+            self._settle(msg_.stream_id)
         return True
 
     def _deregister(self, stream_id: int, text: str, error: str, bad_record: bool = False) -> bool:
@@ -403,6 +435,8 @@ class ReceiverTracker:
             started = self._state is TrackerState.STARTED
             now = self._clock.get_time_ms()
             error = r.failed(now, message, bad_record) if started else None
+            if error is not None:
+                self._settle(stream_id)
         if error is not None:
             self._record_error(stream_id, str(error), r.error)
             if self._on_fatal is not None:
@@ -417,6 +451,11 @@ class ReceiverTracker:
         if error:
             log.info("receiver %d error detail:\n%s", stream_id, error)
         self._bus.post("on_receiver_error", info)
+
+    def _settle(self, stream_id: int) -> None:
+        """Under the lock: the receiver's start is settled; wake whoever waits for it."""
+        self._settled.add(stream_id)
+        self._changed.notify_all()
 
     def _active_endpoints(self) -> list[str]:
         """Under the lock: the endpoints of the ACTIVE receivers."""

@@ -16,10 +16,20 @@ Two kinds of servers, each with a bind address, an advertised host and a port ra
 
 A wildcard (``0.0.0.0``) may be bound, never advertised: resolving to one raises
 :class:`~spark_receivers.errors.ConfigError` naming the key it came from.
+
+**One literal address per server.** A name may resolve to several addresses
+(``localhost``: ``127.0.0.1`` and ``::1``). A server bound to such a name binds
+what it can and says nothing of the address another server holds on the same port,
+and its clients, resolving the name again, may reach that other server (a
+structured stream's offsets request once reached a receiver's endpoint so). So every
+server binds and advertises one literal address, :func:`literal_address`: names are
+resolved once, here, never by gRPC or the clients.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -37,6 +47,7 @@ __all__ = [
     "check_bindable",
     "driver_network",
     "executor_network",
+    "literal_address",
     "local_host",
     "spark_executor_host",
 ]
@@ -64,10 +75,47 @@ class EndpointNetwork:
         return {"advertise_host": self.advertise_host, "ports": self.ports}
 
 
+def literal_address(host: str, key: str = "host", prefer: str | None = None) -> str:
+    """One literal IP address for ``host``: itself if it is one, else what it resolves to.
+
+    A name resolving to several addresses gives ``prefer`` when it is one of them (the
+    bound address, for the one a server advertises), else its first IPv4 address (as
+    the JVM prefers), else its first. Wildcards (``0.0.0.0``, ``::``, ``''``) are kept:
+    they may be bound, never advertised. Names are resolved once per process. Raises
+    :class:`ConfigError` naming ``key`` when ``host`` does not resolve.
+    """
+    if host in WILDCARD_HOSTS:
+        return host
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        pass
+    try:
+        addresses = _resolve(bare)
+    except OSError as e:
+        msg = f"{key}={host!r} does not resolve here: {e}"
+        raise ConfigError(msg) from None
+    if prefer is not None and prefer in addresses:
+        return prefer
+    return next((a for a in addresses if ":" not in a), addresses[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve(name: str) -> tuple[str, ...]:
+    """Every address ``name`` resolves to, in the resolver's order (at least one)."""
+    infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    found = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not found:
+        msg = f"no address for {name!r}"
+        raise socket.gaierror(msg)
+    return found
+
+
 def local_host(
     spark_conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """A host for servers that have no setting of their own (built-in listening receivers).
+    """The address of servers that have no setting of their own (listening receivers).
 
     1. ``SPARK_LOCAL_IP`` when set (it is what Spark itself binds to);
     2. on the driver (``spark_conf`` given): ``spark.driver.bindAddress``, then
@@ -75,18 +123,21 @@ def local_host(
     3. this machine's hostname, resolved (``socket.gethostbyname``);
     4. ``127.0.0.1`` when the hostname does not resolve.
 
+    Always one literal address (:func:`literal_address`): ``localhost`` in 1 or 2
+    gives ``127.0.0.1``.
+
     ``environ`` replaces ``os.environ`` (tests). May block on a DNS lookup;
     call it once at startup, not per message.
     """
     env = os.environ if environ is None else environ
     ip = env.get("SPARK_LOCAL_IP")
     if ip:
-        return ip
+        return literal_address(ip, "SPARK_LOCAL_IP")
     if spark_conf:
         for key in DRIVER_HOST_KEYS:
             value = spark_conf.get(key)
             if value:
-                return value
+                return literal_address(value, key)
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -163,6 +214,7 @@ def executor_network(cfg: Any, driver_host: str) -> EndpointNetwork:
     routes to the driver from.
     """
     host = cfg.executor_host or spark_executor_host()
+    driver_host = driver_host.removeprefix("[").removesuffix("]")  # from an IPv6 host:port
     if not host:
         host = driver_host if driver_host not in WILDCARD_HOSTS else None
         if host is None or not _is_local_address(host):

@@ -1,7 +1,8 @@
 """Arrow Flight transport: authenticated control actions and block streams.
 
-A :class:`FlightEndpoint` is a Flight server bound to the host it is given
-(never advertising 0.0.0.0) whose every call must carry a token signed for
+A :class:`FlightEndpoint` is a Flight server bound to one literal address (a name
+it is given is resolved once, :func:`~spark_receivers.rpc.hosts.literal_address`;
+it never advertises 0.0.0.0) whose every call must carry a token signed for
 exactly that call at that endpoint (see :mod:`spark_receivers.rpc.auth`);
 control messages are Flight actions named by the message type with a JSON
 body, blocks are served by ``do_get``.
@@ -21,7 +22,7 @@ import pyarrow.flight as flight
 from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
 from spark_receivers.rpc import codec
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, sign
-from spark_receivers.rpc.hosts import WILDCARD_HOSTS, local_host
+from spark_receivers.rpc.hosts import WILDCARD_HOSTS, literal_address, local_host
 from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,13 @@ class _AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mi
 
 
 def _bind(
-    location: Callable[[int], str], ports: tuple[int, int], start: Callable[[str], None]
+    name: str,
+    host: str,
+    location: Callable[[int], str],
+    ports: tuple[int, int],
+    start: Callable[[str], None],
 ) -> None:
-    """Start the server on the first free port of ``ports`` (``(0, 0)``: any port)."""
+    """Start the server on ``host`` at the first free port of ``ports`` (``(0, 0)``: any)."""
     first, last = ports
     error: Exception | None = None
     for port in range(first, last + 1):
@@ -83,8 +88,13 @@ def _bind(
             continue
         return
     span = "any port" if first == 0 else f"ports {first}-{last}"
-    msg = f"could not bind {location(first).rsplit(':', 1)[0]} on {span} (all in use?): {error}"
+    msg = f"{name} could not bind {host} on {span} (in use?): {error}"
     raise RpcError(msg) from error
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
@@ -100,8 +110,12 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
     The server binds ``host`` (``0.0.0.0`` binds every interface) on the first
     free port of ``ports`` (inclusive; ``(0, 0)`` or ``port`` for one port) and
     advertises ``advertise_host`` (default ``host``) with that port: that address
-    is what clients connect to and what their tokens are signed for. With ``tls``
-    it serves TLS only.
+    is what clients connect to and what their tokens are signed for. Both are one
+    literal address: a name is resolved once (the advertised one to the bound
+    address when it resolves to it), so the server never binds part of what a name
+    resolves to, nor advertises a name its clients could resolve to another
+    server. A port taken on that address refuses the start (:class:`RpcError`
+    naming the address). With ``tls`` it serves TLS only.
     """
 
     def __init__(
@@ -126,20 +140,24 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._handler = handler
         self._block_reader = block_reader
         self._max_message_bytes = max_message_bytes
-        self.host = advertise_host or host
-        if self.host in WILDCARD_HOSTS:
+        if (advertise_host or host) in WILDCARD_HOSTS:
             msg = (
-                f"{name} would advertise {self.host!r}, which no client can connect to: "
-                "give it the host name or address clients reach it by"
+                f"{name} would advertise {advertise_host or host!r}, which no client can "
+                "connect to: give it the host name or address clients reach it by"
             )
             raise ConfigError(msg)
+        bind = literal_address(host, f"the bind address of {name}")
+        self.host = literal_address(
+            advertise_host or host,
+            f"the advertised host of {name}",
+            prefer=None if bind in WILDCARD_HOSTS else bind,
+        )
         scheme = "grpc+tls" if tls is not None else "grpc+tcp"
         certificates = (
             [flight.CertKeyPair(tls.cert_pem(), tls.key_pem())] if tls is not None else []
         )
         self._verifier = TokenVerifier(secret)
         factory = _AuthMiddlewareFactory(name)
-        bind_host = f"[{host}]" if ":" in host else host
 
         def start(location: str) -> None:
             super(FlightEndpoint, self).__init__(
@@ -148,7 +166,8 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
                 tls_certificates=certificates,
             )
 
-        _bind(lambda p: f"{scheme}://{bind_host}:{p}", ports or (port, port), start)
+        location = lambda p: f"{scheme}://{host_port(bind, p)}"  # noqa: E731
+        _bind(name, bind or "every interface", location, ports or (port, port), start)
         self._verifier.endpoint = self.address
         self._closed = threading.Event()
 
@@ -164,8 +183,8 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
 
     @property
     def address(self) -> str:
-        """``host:port`` clients should connect to."""
-        return f"{self.host}:{self.port}"
+        """``host:port`` clients should connect to (one literal address)."""
+        return host_port(self.host, self.port)
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[flight.Result]:
         """Decode, validate and dispatch one control message."""

@@ -10,7 +10,12 @@ from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.receiver import Receiver
-from spark_receivers.rpc.hosts import executor_network, local_host, spark_executor_host
+from spark_receivers.rpc.hosts import (
+    executor_network,
+    literal_address,
+    local_host,
+    spark_executor_host,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +38,10 @@ def executor_host() -> str:
 
     The host Spark knows this executor by
     (:func:`spark_receivers.rpc.hosts.spark_executor_host`), else
-    :func:`spark_receivers.rpc.hosts.local_host` (local mode).
+    :func:`spark_receivers.rpc.hosts.local_host` (local mode); one literal address.
     """
-    return spark_executor_host() or local_host()
+    known = spark_executor_host()
+    return literal_address(known, "the executor's host") if known else local_host()
 
 
 def executor_id() -> str:

@@ -206,9 +206,9 @@ def world(monkeypatch):
     graph.receiver_stream(Quiet()).foreach_batch(lambda df, t: rec.add(f"batch {t}"), name="record")
     original_start = JobGenerator.start
 
-    def start(self, recovery=None):
+    def start(self, recovery=None, hold=False):
         rec.add("timer" if recovery is None else "timer (recovering)")
-        return original_start(self, recovery)
+        return original_start(self, recovery, hold)
 
     monkeypatch.setattr(JobGenerator, "start", start)
     supervisors = Supervisors(rec)
@@ -237,7 +237,13 @@ def world(monkeypatch):
         return scheduler
 
     yield SimpleNamespace(
-        rec=rec, clock=clock, graph=graph, make=make, supervisors=supervisors, failures=failures
+        rec=rec,
+        clock=clock,
+        graph=graph,
+        make=make,
+        supervisors=supervisors,
+        failures=failures,
+        spark=spark,
     )
 
 
@@ -282,16 +288,87 @@ def test_no_warm_up_when_its_timeout_is_zero(world):
         scheduler.stop(graceful=False, timeout_ms=0)
 
 
-def test_a_recovering_start_runs_the_timer_before_any_receiver(world, tmp_path):
+class StartingReceivers(PlayedReceivers):
+    """The launcher: a launched receiver registers only when the test says so."""
+
+    def launch(self, stream_id, jobs) -> None:
+        self.rec.add(f"launch {stream_id}")
+        self.tracker = jobs
+        assert jobs.job_starting(stream_id) == [DRIVER]
+
+    def register(self, stream_id: int) -> None:
+        self.rec.add(f"register {stream_id}")
+        assert self.tracker is not None
+        registration = m.RegisterReceiver(stream_id, "Quiet", "127.0.0.1", "driver", "sup:0")
+        assert self.tracker.handle(registration)
+
+
+def starting_receivers(world) -> tuple[list[StartingReceivers], object]:
+    launchers: list[StartingReceivers] = []
+
+    def factory(*args):
+        launchers.append(StartingReceivers(world.rec, *args))
+        return launchers[-1]
+
+    return launchers, factory
+
+
+def test_a_recovering_start_allocates_the_batches_to_redo_before_any_receiver_runs(
+    world, tmp_path
+):
     config = StreamingConfig(checkpoint_dir=str(tmp_path), driver_wal_fsync=False)
-    recovery = Checkpoint(1000, -1, (), 10_000, {})
-    scheduler = world.make(config, recovery)
+    recovery = Checkpoint(1000, -1, (10_000,), 9_100, {})  # batch 10000 was pending
+    launchers, factory = starting_receivers(world)
+    scheduler = world.make(config, recovery, launcher_factory=factory)
     scheduler.start()
     try:
         log = world.rec.log
         assert log.index("timer (recovering)") < log.index("launch 0")
+        assert scheduler.block_tracker.allocated_batch_times() == [10_000]
+        assert scheduler.job_generator.pending_batches() == [10_000]
+        # The batch to redo waits for the receiver: it runs once the receiver registered.
+        launchers[0].register(0)
+        world.rec.wait_for("batch 10000")
+        assert log.index("launch 0") < log.index("register 0") < log.index("batch 10000")
     finally:
         scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_batches_to_redo_run_without_a_receiver_whose_job_ended(world, tmp_path):
+    config = StreamingConfig(checkpoint_dir=str(tmp_path), driver_wal_fsync=False)
+    _, factory = starting_receivers(world)
+    scheduler = world.make(config, Checkpoint(1000, -1, (10_000,), 9_100, {}), factory)
+    scheduler.start()
+    try:
+        world.rec.add("job ended")
+        scheduler.receiver_tracker.job_ended(0, "no such module")
+        world.rec.wait_for("batch 10000")
+        assert world.rec.index("job ended") < world.rec.index("batch 10000")
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_a_graceful_stop_lets_a_receiver_still_starting_finish_first(world):
+    launchers, factory = starting_receivers(world)
+    scheduler = world.make(launcher_factory=factory)
+    scheduler.start()
+    world.supervisors.tracker = scheduler.receiver_tracker
+    # The stop's first step cancels the warm-up's jobs: from then on, it is stopping.
+    world.spark.sparkContext.cancelJobGroup = lambda group: world.rec.add("stop begins")
+    stopper = threading.Thread(target=scheduler.stop, args=(True, 10_000))
+    done = ticking(world.clock)
+    try:
+        stopper.start()
+        world.rec.wait_for("stop begins")
+        launchers[0].register(0)  # not refused: the stop waits for it
+        stopper.join(60)
+    finally:
+        done.set()
+    assert not stopper.is_alive()
+    log = world.rec.log
+    # It registered, then was told to stop: it started, and it stopped as asked.
+    assert log.index("stop begins") < log.index("register 0") < log.index("StopReceiver sup:0")
+    assert scheduler.status("STOPPED").receivers[0].endpoint == "sup:0"
 
 
 def test_graceful_stop_stops_receivers_processes_everything_then_releases_them(world):

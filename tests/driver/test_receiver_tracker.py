@@ -157,6 +157,32 @@ def test_registration_only_from_where_the_receiver_was_scheduled(parts):
         register(tracker, 7)
 
 
+def test_a_start_is_settled_by_a_registration_or_by_a_job_that_ended(parts):
+    tracker, *_ = parts
+    assert tracker.wait_receivers_started(0) is True  # not started: nothing to wait for
+    tracker.start()
+    assert tracker.wait_receivers_started(0) is False
+    assert tracker.starting_receivers() == [0, 1]
+    register(tracker, 0, tracker.tracking_infos()[0].scheduled_locations[0])
+    assert tracker.starting_receivers() == [1]
+    # Receiver 1's job ends without it registering (refused, or its task failed).
+    assert tracker.job_starting(1) is not None
+    tracker.job_ended(1, "ModuleNotFoundError: No module named 'x'")
+    assert tracker.starting_receivers() == []
+    assert tracker.wait_receivers_started(0) is True
+
+
+def test_waiting_for_receivers_to_start_ends_when_the_tracker_stops(parts):
+    tracker, *_ = parts
+    tracker.start()
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(tracker.wait_receivers_started(30)))
+    waiter.start()
+    tracker.stop_receivers()
+    waiter.join(30)
+    assert waited == [True] and tracker.starting_receivers() == [0, 1]
+
+
 def test_add_block_validates_what_comes_from_the_network(parts):
     tracker, _, _, blocks, _, _ = parts
     tracker.start()

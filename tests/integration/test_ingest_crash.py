@@ -82,6 +82,14 @@ def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
         assert "recovering from the checkpoint" in log2()
         assert done.wait(120), "the writer did not finish"
         wait_until(lambda: written <= output_lines(out), 180, "every line in the sink")
+
+        def batch_lines() -> list[str]:
+            return [x for x in log2().splitlines() if x.startswith("batch ")]
+
+        # The receiver starts before the batches the crash left are redone: it is ACTIVE
+        # when the first of them completes (it used to stay SCHEDULED behind them).
+        wait_until(batch_lines, 180, "the first redone batch")
+        assert batch_lines()[0].endswith("receivers 0=ACTIVE"), batch_lines()[:3]
         second.send_signal(signal.SIGINT)  # Ctrl-C: graceful stop
         second.wait(120)
         assert second.returncode == 0, log2()[-3000:]

@@ -18,7 +18,9 @@ from spark_receivers.testing import SequenceReceiver
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rpc"))
 from test_tls import make_cert
 
-pytestmark = pytest.mark.spark
+# Bounds, not verdicts: a context's start (the warm-up, the receiver's Python worker and
+# block keeper) took minutes beside a CPU hog on the 2-core machine.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 def free_range(size: int) -> tuple[int, int]:
@@ -57,7 +59,7 @@ def run_records(
     return records, ssc, seen
 
 
-def wait_for(predicate, timeout_s: float = 60) -> bool:
+def wait_for(predicate, timeout_s: float = 240) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -78,8 +80,10 @@ def test_ports_and_advertised_hosts_come_from_the_keys(spark):
     try:
         assert wait_for(lambda: len(seen) >= len(records))
         host, port = ssc.status().tracker_address.rsplit(":", 1)
-        assert host == "localhost" and first <= int(port) <= first + 4
+        # The name is advertised as the one address it resolves to that is bound.
+        assert host == "127.0.0.1" and first <= int(port) <= first + 4
         endpoint = ssc.status().receivers[0].endpoint
+        assert endpoint.startswith("127.0.0.1:")
         assert first + 5 <= int(endpoint.rsplit(":", 1)[1]) <= last
     finally:
         ssc.stop(graceful=True)

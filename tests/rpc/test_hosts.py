@@ -136,3 +136,55 @@ def test_check_bindable_names_the_key():
         hosts.check_bindable("203.0.113.9", "spark.receivers.driver.bindAddress")
     with pytest.raises(ConfigError, match="does not resolve"):
         hosts.check_bindable("no-such-host.invalid", "k")
+
+
+# --- one literal address per server ------------------------------------------------------
+
+
+@pytest.fixture
+def names(monkeypatch):
+    """Names resolving to what the test says (nothing else resolves)."""
+    table = {
+        "localhost": ("::1", "127.0.0.1"),
+        "node7.example": ("10.0.0.7", "10.0.0.8"),
+        "v6only.example": ("fd00::7",),
+    }
+
+    def resolve(name):
+        if name not in table:
+            raise socket.gaierror(f"[Errno -2] Name or service not known: {name}")
+        return table[name]
+
+    monkeypatch.setattr(hosts, "_resolve", resolve)
+    return table
+
+
+def test_a_name_becomes_one_literal_address(names):
+    assert hosts.literal_address("10.1.2.3") == "10.1.2.3"
+    assert hosts.literal_address("[::1]") == "::1"
+    for wildcard in ("0.0.0.0", "::", ""):
+        assert hosts.literal_address(wildcard) == wildcard  # bound, never advertised
+    # Its first IPv4 address, or the one a server is bound to when it is among them.
+    assert hosts.literal_address("localhost") == "127.0.0.1"
+    assert hosts.literal_address("localhost", prefer="::1") == "::1"
+    assert hosts.literal_address("node7.example", prefer="10.0.0.8") == "10.0.0.8"
+    assert hosts.literal_address("node7.example", prefer="10.9.9.9") == "10.0.0.7"
+    assert hosts.literal_address("v6only.example") == "fd00::7"
+    with pytest.raises(ConfigError, match=r"spark.driver.host='nowhere.invalid' does not resolve"):
+        hosts.literal_address("nowhere.invalid", "spark.driver.host")
+
+
+def test_local_host_never_answers_a_name(names, resolves_to):
+    resolves_to("10.9.9.9")
+    assert local_host(environ={"SPARK_LOCAL_IP": "localhost"}) == "127.0.0.1"
+    assert local_host({"spark.driver.host": "localhost"}, environ={}) == "127.0.0.1"
+
+
+def test_the_status_page_binds_one_literal_address(names):
+    from spark_receivers.driver.observability import ui_bind_host
+
+    assert ui_bind_host(StreamingConfig(ui_host="localhost"), environ={}) == "127.0.0.1"
+    assert ui_bind_host(StreamingConfig(), environ={"SPARK_LOCAL_IP": "localhost"}) == (
+        "127.0.0.1"
+    )
+    assert ui_bind_host(StreamingConfig(), environ={}) == "0.0.0.0"

@@ -171,7 +171,7 @@ def test_an_endpoint_binds_a_port_range_and_advertises_another_host():
         )
         try:
             assert port < second.port <= port + 20
-            assert second.address == f"localhost:{second.port}"
+            assert second.address == f"127.0.0.1:{second.port}"  # a literal, never a name
             assert EndpointClient(second.address, secret).call(m.ReportError(0, "x", "")) is True
         finally:
             second.close()
@@ -181,6 +181,28 @@ def test_an_endpoint_binds_a_port_range_and_advertises_another_host():
             )
     finally:
         first.close()
+
+
+def test_a_name_is_bound_and_advertised_as_one_literal_address():
+    # gRPC resolves "localhost" to 127.0.0.1 and ::1; given the name, a server whose
+    # port was taken on 127.0.0.1 started on ::1 alone (gRPC only logged "Only 1 addresses
+    # added out of total 2 resolved") and its clients reached the other server.
+    secret = new_secret()
+    taken = FlightEndpoint("taken", "127.0.0.1", secret, m.SUPERVISOR_MESSAGES, lambda msg: True)
+    try:
+        with pytest.raises(RpcError, match=rf"could not bind 127\.0\.0\.1 on ports {taken.port}"):
+            FlightEndpoint(
+                "b", "localhost", secret, m.TRACKER_MESSAGES, lambda msg: True,
+                ports=(taken.port, taken.port),
+            )  # fmt: skip
+        free = FlightEndpoint("c", "localhost", secret, m.TRACKER_MESSAGES, lambda msg: True)
+        try:
+            assert free.address == f"127.0.0.1:{free.port}"
+            assert EndpointClient(free.address, secret).ping() == len(m.TRACKER_MESSAGES)
+        finally:
+            free.close()
+    finally:
+        taken.close()
 
 
 def test_an_endpoint_never_advertises_a_wildcard():
