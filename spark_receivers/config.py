@@ -261,6 +261,7 @@ class StreamingConfig(DeploymentKeys):
             self.rpc_tls_key_file,
             self.rpc_tls_ca_file,
             self.rpc_tls_server_name or None,
+            self.rpc_tls_client_auth,
         )
 
     # --- building --------------------------------------------------------------

@@ -181,6 +181,13 @@ def _validate_deployment(cfg: Any) -> None:
                 "(bind every interface with the bindAddress key instead)"
             )
             raise ConfigError(msg)
+    if cfg.rpc_tls_client_auth and not cfg.rpc_tls_enabled:
+        msg = (
+            f"{_describe(cfg, 'rpc_tls_client_auth')} is true but spark.receivers.rpc.tls.enabled "
+            "is false: client certificates need TLS; enable it (with certFile, keyFile, caFile) "
+            "or leave clientAuth off"
+        )
+        raise ConfigError(msg)
     if cfg.rpc_tls_enabled:
         for name in ("rpc_tls_cert_file", "rpc_tls_key_file", "rpc_tls_ca_file"):
             if not getattr(cfg, name):

@@ -78,6 +78,12 @@ class DeploymentKeys:
         "spark.receivers.rpc.tls.serverName",
         "Name clients check certificates for; '' = the host they connect to.",
     )
+    rpc_tls_client_auth: bool = key(
+        False,
+        "spark.receivers.rpc.tls.clientAuth",
+        "Mutual TLS: every endpoint refuses a client without a certificate signed by caFile, "
+        "and every client presents certFile (needs tls.enabled).",
+    )
     # --- deployment
     block_store_memory_bytes: int = key(
         0,

@@ -68,6 +68,7 @@ class KeeperSettings:
     tls_key_file: str = ""
     tls_ca_file: str = ""
     tls_server_name: str = ""
+    tls_client_auth: bool = False
 
     @property
     def tls(self) -> TlsConfig | None:
@@ -75,7 +76,11 @@ class KeeperSettings:
         if not self.tls_cert_file:
             return None
         return TlsConfig(
-            self.tls_cert_file, self.tls_key_file, self.tls_ca_file, self.tls_server_name or None
+            self.tls_cert_file,
+            self.tls_key_file,
+            self.tls_ca_file,
+            self.tls_server_name or None,
+            self.tls_client_auth,
         )
 
 

@@ -361,6 +361,7 @@ def keeper_settings(secret: str, host: str, config: StreamingConfig) -> KeeperSe
         tls_key_file=tls.key_file if tls else "",
         tls_ca_file=tls.ca_file if tls else "",
         tls_server_name=(tls.server_name or "") if tls else "",
+        tls_client_auth=bool(tls and tls.client_auth),
     )
 
 

@@ -20,15 +20,22 @@ class TlsConfig:
     Every endpoint serves ``cert_file``/``key_file``; every client checks the
     server against ``ca_file`` (the certificate itself when it is self-signed).
     ``server_name`` overrides the name checked when certificates carry a fixed
-    name rather than each host's address.
+    name rather than each host's address. With ``client_auth`` (mutual TLS) every
+    endpoint also asks each client for a certificate signed by ``ca_file`` and
+    refuses the connection without one, and every client presents
+    ``cert_file``/``key_file``: the node's one certificate serves both ends.
     """
 
     cert_file: str
     key_file: str
     ca_file: str
     server_name: str | None = None
+    client_auth: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.client_auth, bool):
+            msg = f"TlsConfig.client_auth must be true or false, got {self.client_auth!r}"
+            raise ConfigError(msg)
         for name in ("cert_file", "key_file", "ca_file"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:

@@ -115,7 +115,8 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
     address when it resolves to it), so the server never binds part of what a name
     resolves to, nor advertises a name its clients could resolve to another
     server. A port taken on that address refuses the start (:class:`RpcError`
-    naming the address). With ``tls`` it serves TLS only.
+    naming the address). With ``tls`` it serves TLS only; with ``tls.client_auth`` it
+    also refuses, at the TLS handshake, a client without a certificate its CA signed.
     """
 
     def __init__(
@@ -159,11 +160,16 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._verifier = TokenVerifier(secret)
         factory = _AuthMiddlewareFactory(name)
 
+        mutual = tls is not None and tls.client_auth
+        client_ca = tls.ca_pem() if tls is not None and mutual else None
+
         def start(location: str) -> None:
             super(FlightEndpoint, self).__init__(
                 location=location,
                 middleware={"auth": factory},
                 tls_certificates=certificates,
+                verify_client=mutual,
+                root_certificates=client_ca,
             )
 
         location = lambda p: f"{scheme}://{host_port(bind, p)}"  # noqa: E731
@@ -258,7 +264,8 @@ class EndpointClient:
     ``address`` must be the ``host:port`` the endpoint advertises: tokens are
     signed for it. Thread-safe (gRPC channels are); ``timeout_s`` bounds every
     call. With ``tls`` the server is checked against its CA (and
-    ``tls.server_name`` when set).
+    ``tls.server_name`` when set); with ``tls.client_auth`` the client presents the
+    node's certificate (``tls.cert_file``/``key_file``).
     """
 
     def __init__(
@@ -270,10 +277,12 @@ class EndpointClient:
         if tls is None:
             self._client = flight.FlightClient(f"grpc+tcp://{address}")
         else:
+            mine = {"cert_chain": tls.cert_pem(), "private_key": tls.key_pem()}
             self._client = flight.FlightClient(
                 f"grpc+tls://{address}",
                 tls_root_certs=tls.ca_pem(),
                 override_hostname=tls.server_name,
+                **(mine if tls.client_auth else {}),
             )
 
     def _options(

@@ -40,7 +40,8 @@ def tls_options(tls: TlsConfig | None) -> dict[str, str]:
     """Reader options carrying the TLS settings (paths, no secrets); empty without TLS."""
     if tls is None:
         return {}
-    return {f"tls_{name}": getattr(tls, name) or "" for name in _TLS_OPTIONS}
+    options = {f"tls_{name}": getattr(tls, name) or "" for name in _TLS_OPTIONS}
+    return {**options, "tls_client_auth": "true" if tls.client_auth else "false"}
 
 
 def tls_from_options(options: Mapping[str, str]) -> TlsConfig | None:
@@ -52,6 +53,7 @@ def tls_from_options(options: Mapping[str, str]) -> TlsConfig | None:
         options["tls_key_file"],
         options["tls_ca_file"],
         options.get("tls_server_name") or None,
+        options.get("tls_client_auth") == "true",
     )
 
 

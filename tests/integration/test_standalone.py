@@ -127,7 +127,9 @@ def test_custom_receivers_with_py_files_on_executors_without_the_package(standal
 
 
 def test_start_ships_the_package_itself_and_tls_keeps_the_secret_out_of_logs(standalone, tmp_path):
-    """No --py-files: start() ships its own zip. TLS on; the secret is in no log."""
+    """No --py-files: start() ships its own zip. Mutual TLS on (every endpoint asks every
+    client for its certificate: tracker, block servers, keepers, readers); the secret is in
+    no log."""
     bare = str(bare_env())
     cert, key = make_cert(tmp_path, "cluster")
     secret_file = tmp_path / "secret"
@@ -136,12 +138,13 @@ def test_start_ships_the_package_itself_and_tls_keeps_the_secret_out_of_logs(sta
         "spark.receivers.rpc.tls.certFile": cert,
         "spark.receivers.rpc.tls.keyFile": key,
         "spark.receivers.rpc.tls.caFile": cert,
+        "spark.receivers.rpc.tls.clientAuth": "true",
         "spark.executorEnv.SPARK_RECEIVERS_LOG_LEVEL": "DEBUG",
     }
     conf = [x for k, v in tls.items() for x in ("--conf", f"{k}={v}")]
     args = [*conf, str(APPS / "counting_app.py"), "--records", "5000"]
     result, output = run_app(standalone, [*args, "--secret-file", str(secret_file)], bare)
-    report("auto-shipped + TLS (custom receiver x2)", result)
+    report("auto-shipped + mutual TLS (custom receiver x2)", result)
     assert_two_receivers_exactly_once(result)
     assert "shipped spark_receivers-" in output  # the driver's one log line about it
     secret = secret_file.read_text().strip()
