@@ -267,10 +267,11 @@ class JobScheduler:
         timeout_s = self._config.receiver_start_timeout_s
         if not self.receiver_tracker.wait_receivers_started(timeout_s):
             log.warning(
-                "receivers %s did not start within %.0f s (spark.receivers.receiver."
-                "startTimeout): the batches to redo run without waiting for them",
+                "receivers %s did not start within %.0f s (%s): the batches to redo"
+                " run without waiting for them",
                 self.receiver_tracker.starting_receivers(),
                 timeout_s,
+                "spark.receivers.receiver.startTimeout",
             )
         self.job_generator.release()
 
