@@ -1,5 +1,7 @@
 # spark-receivers — two commands do everything: `make demo` and `make test`.
 PYTHON ?= python3
+# make test runs the suite on this many pytest-xdist workers (a file stays on one worker).
+TEST_WORKERS ?= 2
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -25,7 +27,7 @@ demo: $(STAMP)
 # missing, started by the tests themselves on free loopback ports.
 test: $(STAMP)
 	scripts/services.sh install all
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

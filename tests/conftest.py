@@ -29,3 +29,19 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Group the tests for ``make test``'s two workers (``-n 2 --dist loadgroup``).
+
+    A file's tests stay on one worker (its module fixtures start once), and every test
+    that needs the standalone cluster goes to the same worker, so the session starts one
+    Master + 2 Workers, never two side by side on a 2-core machine. Without xdist the
+    markers do nothing.
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        fixtures = getattr(item, "fixturenames", ())
+        group = "standalone-cluster" if "standalone" in fixtures else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(name=group))
