@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test lint docs bench bench-quick chaos soak check-java clean screenshots
+.PHONY: demo test lint docs bench bench-quick bench-smoke chaos soak check-java clean screenshots
 
 $(STAMP): pyproject.toml
 	@scripts/check-java.sh
@@ -49,6 +49,12 @@ screenshots: $(STAMP)
 # BENCH_ARGS="--sections tracker --repeats 5" for part of it.
 bench: $(STAMP)
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# The smoke runs of the sections that start JVMs, and of the soak, as tests (2-5 min each):
+# that each runs end to end and records what it did. Worth a run before make bench.
+bench-smoke: $(STAMP)
+	scripts/services.sh install redis
+	$(PY) -m pytest -q -m bench_smoke tests/bench/test_smoke.py
 
 # A smoke run of every section (~25 min), written under bench/out: never into the records.
 bench-quick: $(STAMP)

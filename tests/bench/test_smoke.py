@@ -10,8 +10,9 @@ bench runs end to end and records what it did is what is tested.
 The sections without Spark run in every ``make test`` (about 1.5 min in all on a loaded
 2-core machine). Those that start JVMs, and the soak (a standalone cluster), take 2-5 min
 each there (22 min for the seven on 2026-11-25 at a load average of ~20), more than the
-suite can afford: they run with ``BENCH_SMOKE=1`` (``BENCH_SMOKE=1 pytest
-tests/bench/test_smoke.py``), as before a ``make bench``. The chaos's short run is
+suite can afford: they carry the marker ``bench_smoke``, which ``make test`` leaves out
+(``-m 'not bench_smoke'`` in pyproject.toml), and ``make bench-smoke`` runs them, as
+before a ``make bench``. The chaos's short run is
 ``tests/integration/test_chaos.py``, in every ``make test``.
 """
 
@@ -26,10 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW_LIMIT = 64 * 1024  # summaries and per-step figures, never per-record data
-LONG = pytest.mark.skipif(
-    os.environ.get("BENCH_SMOKE") != "1",
-    reason="starts JVMs for minutes: run with BENCH_SMOKE=1 (before make bench)",
-)
+LONG = pytest.mark.bench_smoke  # minutes of JVMs each: make bench-smoke, not make test
 
 WITHOUT_SPARK = [
     ("tracker", ["--supervisors", "20", "--seconds", "2", "--repeats", "2", "--clients", "1"]),
