@@ -1,10 +1,12 @@
 """Built-in receivers.
 
-``HttpReceiver`` needs ``aiohttp``, ``RedisStreamReceiver`` needs ``redis`` and
-``MqttReceiver`` needs ``paho-mqtt`` (2.x); each is imported only when the
-receiver starts, so the others work without them.
+``HttpReceiver`` needs ``aiohttp``, ``RedisStreamReceiver`` needs ``redis``,
+``MqttReceiver`` needs ``paho-mqtt`` (2.x), ``AmqpReceiver`` needs ``pika``,
+``NatsReceiver`` needs ``nats-py`` and ``WebSocketReceiver`` needs ``websockets``;
+each is imported only when the receiver starts, so the others work without them.
 """
 
+from spark_receivers.receivers.amqp import AmqpReceiver
 from spark_receivers.receivers.file_tail import FileTailReceiver
 from spark_receivers.receivers.generator import GeneratorReceiver
 from spark_receivers.receivers.http import HttpReceiver
@@ -14,6 +16,7 @@ from spark_receivers.receivers.redis_stream import RedisStreamReceiver
 from spark_receivers.receivers.socket_text import SocketTextReceiver
 
 __all__ = [
+    "AmqpReceiver",
     "FileTailReceiver",
     "GeneratorReceiver",
     "HttpReceiver",
