@@ -12,6 +12,7 @@ from spark_receivers.receivers.generator import GeneratorReceiver
 from spark_receivers.receivers.http import HttpReceiver
 from spark_receivers.receivers.line_source import LineSource
 from spark_receivers.receivers.mqtt import MqttReceiver
+from spark_receivers.receivers.nats_jetstream import NatsReceiver
 from spark_receivers.receivers.redis_stream import RedisStreamReceiver
 from spark_receivers.receivers.socket_text import SocketTextReceiver
 
@@ -22,6 +23,7 @@ __all__ = [
     "HttpReceiver",
     "LineSource",
     "MqttReceiver",
+    "NatsReceiver",
     "RedisStreamReceiver",
     "SocketTextReceiver",
 ]
