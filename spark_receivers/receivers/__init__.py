@@ -15,6 +15,7 @@ from spark_receivers.receivers.mqtt import MqttReceiver
 from spark_receivers.receivers.nats_jetstream import NatsReceiver
 from spark_receivers.receivers.redis_stream import RedisStreamReceiver
 from spark_receivers.receivers.socket_text import SocketTextReceiver
+from spark_receivers.receivers.websocket import WebSocketReceiver
 
 __all__ = [
     "AmqpReceiver",
@@ -26,4 +27,5 @@ __all__ = [
     "NatsReceiver",
     "RedisStreamReceiver",
     "SocketTextReceiver",
+    "WebSocketReceiver",
 ]
