@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from spark_receivers.config_deploy import LOCAL_BLOCK_STORE_MEMORY
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.bad_records import BadRecordPolicy, too_long
 from spark_receivers.receiver.schema import check_record
@@ -142,7 +141,9 @@ class AmqpReceiver(ThreadedReceiver):
         if self.prefetch is not None:
             return self.prefetch
         config = getattr(self._supervisor, "config", None)
-        budget = getattr(config, "block_store_budget_bytes", LOCAL_BLOCK_STORE_MEMORY)
+        budget = getattr(config, "block_store_budget_bytes", None)
+        if budget is None:  # no context's config (a bare harness): the batch bounds it
+            return min(self.max_batch, MAX_PREFETCH)
         return prefetch_for(int(budget), self.record_limit, self.max_batch)
 
     def describe(self) -> str:

@@ -59,8 +59,8 @@ DURABLE_PREFIX = "spark-receivers"
 class NatsReceiver(ThreadedReceiver):
     """Stores the payloads (UTF-8) of JetStream stream ``stream`` at ``url``.
 
-    ``url``: ``nats://user:password@host:4222`` (``nats://token@host:4222`` for a
-    token; ``tls://`` for TLS). The stream must exist; an unreachable server, a
+    ``url``: ``nats://user:password@host:4222`` (``nats://token@host:4222`` or
+    ``token=`` for a token; ``tls://`` for TLS). The stream must exist; an unreachable server, a
     refused login or a missing stream is a failure that restarts the receiver with
     backoff, its message naming the cause (never the password).
 
@@ -85,6 +85,7 @@ class NatsReceiver(ThreadedReceiver):
         *,
         durable: str | None = None,
         subject: str | None = None,
+        token: str | None = None,
         deliver: str = "all",
         max_batch: int = 1000,
         fetch_wait_ms: int = 500,
@@ -126,6 +127,7 @@ class NatsReceiver(ThreadedReceiver):
             )
             raise ConfigError(msg)
         self.url = url
+        self.token = token
         self.stream = stream
         self.durable = durable
         self.subject = subject
@@ -203,6 +205,7 @@ class NatsReceiver(ThreadedReceiver):
         import nats.errors
 
         server, user, password, token = _split_url(self.url)
+        token = self.token or token
         errors: list[str] = []
 
         async def on_error(e: Exception) -> None:
