@@ -10,7 +10,7 @@ the receiver died, is unacked: the broker requeues it and delivers it again
 
 The prefetch window (``basic.qos``) is bounded so that the deliveries held
 unacked, each at most ``max_record_bytes``, fit the executor's block store
-budget (``spark.receivers.blockStore.memory``; :func:`prefetch_for`).
+budget (``spark.receivers.receiver.blockStoreMemory``; :func:`prefetch_for`).
 
 A delivery that cannot become a record (longer than ``max_record_bytes``, not
 UTF-8, not fitting a declared schema) is a bad record, handled by
