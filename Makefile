@@ -23,7 +23,7 @@ check-java:
 demo: $(STAMP)
 	$(VENV)/bin/spark-receivers demo --seconds 15
 
-# The built-in receivers' tests need redis and mosquitto: installed here (apt) when
+# The built-in receivers' tests need redis, mosquitto, RabbitMQ and nats-server: installed here (apt) when
 # missing, started by the tests themselves on free loopback ports.
 test: $(STAMP)
 	scripts/services.sh install all

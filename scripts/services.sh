@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Local servers for the built-in receivers' tests: redis and mosquitto, bound to
-# 127.0.0.1, run as plain user processes (not system services) with their own pid
-# file, log and data directory.
+# Local servers for the built-in receivers' tests: redis, mosquitto, amqp (RabbitMQ)
+# and nats (nats-server with JetStream), bound to 127.0.0.1, run as plain user
+# processes (not system services) with their own pid file, log and data directory.
 #
-#   scripts/services.sh start  redis|mosquitto [PORT]   # prints the port; PORT 0/absent: a free one
-#   scripts/services.sh stop   redis|mosquitto|all
-#   scripts/services.sh status redis|mosquitto|all      # prints "NAME running PORT" or "NAME stopped"
-#   scripts/services.sh install redis|mosquitto|chromium|all  # only installs (apt-get)
+#   scripts/services.sh start   SERVER [PORT]  # prints the port; PORT 0/absent: a free one
+#   scripts/services.sh restart amqp|nats      # stop and start again: same port, data kept
+#   scripts/services.sh stop    SERVER|all
+#   scripts/services.sh status  SERVER|all     # prints "NAME running PORT" or "NAME stopped"
+#   scripts/services.sh install SERVER|chromium|all  # only installs (apt-get)
+#
+# SERVER: redis, mosquitto, amqp or nats. amqp and nats require a login: the user and a
+# random password are in $STATE/NAME/user and $STATE/NAME/password (RabbitMQ has no
+# guest user; its node name, mnesia dir, config, Erlang cookie, epmd and distribution
+# ports are its own, so it never meets another session's node; nats keeps its JetStream
+# store under $STATE/nats).
 #
 # State lives in $SPARK_RECEIVERS_SERVICES_DIR (default /tmp/spark-receivers-services-$UID),
 # one folder per server. $SPARK_RECEIVERS_MOSQUITTO_CONF, when set, names a file whose
@@ -23,7 +30,7 @@ PATH="$PATH:/usr/sbin:/sbin"
 die() { echo "services.sh: $*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -32,7 +39,9 @@ binary_of() {
         redis) echo redis-server ;;
         mosquitto) echo mosquitto ;;
         chromium) echo chromedriver ;;
-        *) die "unknown server '$1' (redis or mosquitto)" ;;
+        amqp) echo /usr/lib/rabbitmq/bin/rabbitmq-server ;;
+        nats) echo nats-server ;;
+        *) die "unknown server '$1' (redis, mosquitto, amqp or nats)" ;;
     esac
 }
 
@@ -41,6 +50,8 @@ package_of() {
         redis) echo redis-server ;;
         mosquitto) echo mosquitto ;;
         chromium) echo chromium chromium-driver ;;
+        amqp) echo rabbitmq-server ;;
+        nats) echo nats-server ;;
     esac
 }
 
@@ -83,14 +94,14 @@ is_running() {
 }
 
 wait_for_port() {
-    local port=$1 name=$2 log=$3
-    for _ in $(seq 1 100); do
+    local port=$1 name=$2 log=$3 tenths=${4:-100}
+    for _ in $(seq 1 "$tenths"); do
         if python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2).close()' "$port" 2>/dev/null; then
             return 0
         fi
         sleep 0.1
     done
-    echo "services.sh: $name did not listen on 127.0.0.1:$port within 10 s; its log:" >&2
+    echo "services.sh: $name did not listen on 127.0.0.1:$port within $((tenths / 10)) s; its log:" >&2
     tail -n 20 "$log" >&2 2>/dev/null || true
     return 1
 }
@@ -139,26 +150,119 @@ EOF
             fi
             mosquitto -c "$dir/mosquitto.conf" -d >>"$dir/log" 2>&1
             ;;
+        amqp | nats)
+            head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$dir/password"
+            echo spark > "$dir/user"
+            ;;
     esac
+    launch "$name"
+}
+
+# Start the broker of $STATE/NAME (amqp, nats) from the files a first start wrote there.
+launch_broker() {
+    local name=$1 dir port user password
+    dir="$STATE_ROOT/$name"
+    port=$(cat "$dir/port") user=$(cat "$dir/user") password=$(cat "$dir/password")
+    case "$name" in
+        amqp)
+            local epmd_port dist_port
+            [ -s "$dir/epmd_port" ] || free_port > "$dir/epmd_port"
+            [ -s "$dir/dist_port" ] || free_port > "$dir/dist_port"
+            epmd_port=$(cat "$dir/epmd_port") dist_port=$(cat "$dir/dist_port")
+            mkdir -p "$dir/home" "$dir/mnesia" "$dir/logs"
+            # default_user replaces guest: the only user is ours, and it needs its password
+            cat > "$dir/rabbitmq.conf" <<EOF
+listeners.tcp.1 = 127.0.0.1:$port
+default_user = $user
+default_pass = $password
+default_vhost = /
+loopback_users = none
+log.console = false
+log.file.level = info
+EOF
+            echo '[].' > "$dir/enabled_plugins"
+            # an epmd of our own on a free port (erl uses a running one, never starts another)
+            setsid epmd -address 127.0.0.1 -port "$epmd_port" >>"$dir/log" 2>&1 </dev/null &
+            echo $! > "$dir/epmd.pid"
+            wait_for_port "$epmd_port" epmd "$dir/log" 50 || die "epmd did not start (log: $dir/log)"
+            HOME="$dir/home" ERL_EPMD_PORT=$epmd_port ERL_EPMD_ADDRESS=127.0.0.1 \
+                RABBITMQ_NODENAME="spark-$port@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+                RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$dist_port \
+                RABBITMQ_CONFIG_FILE="$dir/rabbitmq.conf" \
+                RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
+                RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/logs" \
+                RABBITMQ_PID_FILE="$dir/beam.pid" \
+                RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config" \
+                setsid /usr/lib/rabbitmq/bin/rabbitmq-server >>"$dir/log" 2>&1 </dev/null &
+            echo $! > "$dir/pid"
+            ;;
+        nats)
+            mkdir -p "$dir/jetstream"
+            # the login in a file of its own, not on a command line that ps shows
+            cat > "$dir/auth.conf" <<EOF
+authorization { user: "$user", password: "$password" }
+EOF
+            setsid nats-server -a 127.0.0.1 -p "$port" -js -sd "$dir/jetstream" -c "$dir/auth.conf" \
+                -l "$dir/log" >/dev/null 2>>"$dir/log" </dev/null &
+            echo $! > "$dir/pid"
+            ;;
+    esac
+}
+
+# Start NAME from its folder (port, config, data) and wait until it listens.
+launch() {
+    local name=$1 dir port tenths=100
+    dir="$STATE_ROOT/$name" port=$(cat "$STATE_ROOT/$name/port")
+    case "$name" in
+        amqp | nats) launch_broker "$name" ;;
+    esac
+    [ "$name" = amqp ] && tenths=1200 # an Erlang VM and RabbitMQ's boot: seconds when busy
     wait_for_pid_file "$dir/pid" || die "$name wrote no pid file $dir/pid (log: $dir/log)"
-    wait_for_port "$port" "$name" "$dir/log" || { stop_server "$name"; die "$name failed to start"; }
+    wait_for_port "$port" "$name" "$dir/log" "$tenths" || {
+        tail -n 20 "$dir"/logs/*.log >&2 2>/dev/null || true
+        stop_server "$name"
+        die "$name failed to start"
+    }
     echo "$port"
 }
 
-stop_server() {
-    local name=$1 dir pid
-    dir="$STATE_ROOT/$name"
-    if [ -s "$dir/pid" ]; then
-        pid=$(cat "$dir/pid")
+# Stop the processes of a server's folder (the server, its epmd), keeping its files.
+stop_processes() {
+    local dir=$1 pid file
+    for file in "$dir/pid" "$dir/epmd.pid"; do
+        [ -s "$file" ] || continue
+        pid=$(cat "$file")
         if kill -0 "$pid" 2>/dev/null; then
             kill "$pid"
-            for _ in $(seq 1 50); do
+            for _ in $(seq 1 300); do
                 kill -0 "$pid" 2>/dev/null || break
                 sleep 0.1
             done
             kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
         fi
+        rm -f "$file"
+    done
+    # RabbitMQ's VM, should its wrapper script have gone first
+    if [ -s "$dir/beam.pid" ]; then
+        pid=$(cat "$dir/beam.pid")
+        kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+        rm -f "$dir/beam.pid"
     fi
+    return 0
+}
+
+restart_server() {
+    local name=$1 dir
+    dir="$STATE_ROOT/$name"
+    [ -s "$dir/port" ] || die "$name was never started (no $dir/port): use start"
+    stop_processes "$dir"
+    launch "$name"
+}
+
+stop_server() {
+    local name=$1 dir
+    dir="$STATE_ROOT/$name"
+    stop_processes "$dir"
     rm -rf "$dir"
 }
 
@@ -174,15 +278,19 @@ status_server() {
 [ $# -ge 2 ] || usage
 command=$1 target=$2 port=${3:-0}
 case "$target" in
-    all) targets="redis mosquitto" ;;
-    redis | mosquitto) targets=$target ;;
+    all) targets="redis mosquitto amqp nats" ;;
+    redis | mosquitto | amqp | nats) targets=$target ;;
     chromium) [ "$command" = install ] || die "chromium is install-only"; targets=chromium ;;
-    *) die "unknown server '$target' (redis, mosquitto, chromium or all)" ;;
+    *) die "unknown server '$target' (redis, mosquitto, amqp, nats, chromium or all)" ;;
 esac
 case "$command" in
     start)
         [ "$target" = all ] && die "start one server at a time: it prints the port"
         start_server "$target" "$port"
+        ;;
+    restart)
+        case "$target" in amqp | nats) ;; *) die "restart keeps a broker's data: amqp or nats" ;; esac
+        restart_server "$target"
         ;;
     stop) for t in $targets; do stop_server "$t"; done ;;
     status)

@@ -21,7 +21,8 @@ BAD = [
      "error: source generator://?rate=abc: parameter rate must be a finite number > 0, got 'abc'"),
     (["ingest", "--source", "kafka://broker:9092/t", "--sink", "console"],
      "error: unknown source kafka://broker:9092/t (scheme 'kafka'): use one of socket://, "
-     "http://, file://, redis://, rediss://, mqtt://, mqtts://, generator://"),
+     "http://, file://, redis://, rediss://, mqtt://, mqtts://, amqp://, amqps://, nats://, "
+     "ws://, wss://, generator://"),
     (["ingest", "--source", "generator://", "--sink", "kafka:topic"],
      "error: unknown sink 'kafka:topic': use console, parquet:DIR, table:NAME or format:NAME"),
     (["ingest", "--source", "file://relative/dir", "--sink", "console"],

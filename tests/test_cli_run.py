@@ -283,8 +283,9 @@ def test_a_receiver_that_never_started_fails_the_run_with_its_last_error():
         "cluster"
     )
     unscheduled = judge(status(receivers=(receiver(None),)), {}, None, wal=False)
-    assert "no executor ran its task within spark.receivers.receiver.startTimeout" in (
-        unscheduled.lines[-1]
+    assert (
+        "no executor ran its task within spark.receivers.receiver.startTimeout"
+        in (unscheduled.lines[-1])
     )
     # A receiver that started and received nothing (an idle source) is a clean run.
     idle = judge(status(receivers=(receiver("127.0.0.1:4000"),)), {}, None, wal=False)

@@ -10,12 +10,15 @@ from spark_receivers.cli.sources import parse_source
 from spark_receivers.cli.uri import mask_uri
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import (
+    AmqpReceiver,
     FileTailReceiver,
     GeneratorReceiver,
     HttpReceiver,
     MqttReceiver,
+    NatsReceiver,
     RedisStreamReceiver,
     SocketTextReceiver,
+    WebSocketReceiver,
 )
 from spark_receivers.receivers.mqtt_tls import MqttTlsReceiver
 
@@ -31,6 +34,11 @@ from spark_receivers.receivers.mqtt_tls import MqttTlsReceiver
         ("mqtt://127.0.0.1:1883/sensors", MqttReceiver),
         ("mqtts://127.0.0.1:8883/sensors", MqttTlsReceiver),
         ("generator://?rate=10", GeneratorReceiver),
+        ("amqp://u:p@127.0.0.1:5672/%2F?queue=q", AmqpReceiver),
+        ("amqps://u:p@127.0.0.1/prod?queue=q", AmqpReceiver),
+        ("nats://u:p@127.0.0.1:4222?stream=s", NatsReceiver),
+        ("ws://127.0.0.1:9000/feed", WebSocketReceiver),
+        ("wss://127.0.0.1/feed", WebSocketReceiver),
     ],
 )
 def test_every_source_scheme(uri, kind):
@@ -85,6 +93,54 @@ def test_mqtts_is_tls_on_8883_with_its_files():
     assert isinstance(r, MqttTlsReceiver)
     assert (r.port, r.username, r.password, r.ca_certs) == (8883, "u", "pw", "/etc/ca.pem")
     assert r.describe() == "MQTT broker broker:8883 (TLS)"
+
+
+def test_amqp_keeps_credentials_vhost_queue_and_options():
+    src = parse_source("amqp://app:p%40ss@h/prod?queue=orders&prefetch=50&batch_wait=200ms")
+    r = src.receiver
+    assert isinstance(r, AmqpReceiver)
+    assert (r.url, r.queue, r.prefetch, r.batch_wait_ms) == (
+        "amqp://app:p%40ss@h:5672/prod",
+        "orders",
+        50,
+        200,
+    )
+    assert src.server == ("h", 5672) and src.acknowledgement == "a basic.ack"
+    assert parse_source("amqp://u:p@h?queue=q").receiver.url == "amqp://u:p@h:5672/%2F"
+    assert parse_source("amqps://u:p@h/%2F?queue=q").receiver.url == "amqps://u:p@h:5671/%2F"
+
+
+def test_nats_keeps_credentials_stream_consumer_and_token():
+    src = parse_source("nats://u:pw@h?stream=S&durable=d&subject=S.x&ack_wait=10s&max_deliver=5")
+    r = src.receiver
+    assert isinstance(r, NatsReceiver)
+    assert (r.url, r.stream, r.durable, r.subject, r.ack_wait_s, r.max_deliver) == (
+        "nats://u:pw@h:4222",
+        "S",
+        "d",
+        "S.x",
+        10.0,
+        5,
+    )
+    assert src.server == ("h", 4222) and src.acknowledgement == "a JetStream ack"
+    r = parse_source("nats://h:4223?stream=S&token=s3cret&deliver=new").receiver
+    assert (r.url, r.token, r.deliver) == ("nats://h:4223", "s3cret", "new")
+
+
+def test_ws_keeps_the_feeds_own_parameters_and_sends_the_subscription():
+    src = parse_source(
+        "wss://feed.example/v1?symbols=BTC&subscribe=%7B%22op%22%3A%22sub%22%7D&ping_timeout=5s"
+    )
+    r = src.receiver
+    assert isinstance(r, WebSocketReceiver)
+    assert (r.url, r.subscribe, r.ping_timeout_s) == (
+        "wss://feed.example:443/v1?symbols=BTC",
+        ['{"op":"sub"}'],
+        5.0,
+    )
+    assert src.acknowledgement is None  # at most once
+    assert src.server == ("feed.example", 443)
+    assert parse_source("ws://h:9000").receiver.url == "ws://h:9000/"
 
 
 def test_http_honours_its_port_host_path_token_and_format():
@@ -146,6 +202,15 @@ def test_file_generator_and_socket_parameters():
         ("http://127.0.0.1:8080/ingest?token=", "parameter token is empty"),
         ("http://127.0.0.1:8080/ingest?format=xml", "parameter format must be one of lines, json"),
         ("socket://h:1/#frag", "fragment"),
+        ("amqp://u:p@h/", "needs a queue: amqp://user:password@host:port/vhost\\?queue=q"),
+        ("amqp://u:p@h/?queue=q&prefetch=0", "parameter prefetch must be an integer >= 1"),
+        ("amqp://u:p@h/?queue=q&bogus=1", "unknown parameter"),
+        ("nats://u:p@h", "needs a stream: nats://user:password@host:port\\?stream=s"),
+        ("nats://u:p@h?stream=a.b", "stream must be letters, digits"),
+        ("nats://u:p@h?stream=s&deliver=last", "parameter deliver must be one of all, new"),
+        ("nats://u:p@h/x?stream=s", "takes no path"),
+        ("ws://h/?subscribe=", "parameter subscribe is empty"),
+        ("ws://h/?ping_timeout=abc", "parameter ping_timeout must be a duration"),
     ],
 )
 def test_bad_sources_fail_clearly(uri, message):
@@ -168,6 +233,12 @@ def test_a_relative_file_uri_gets_a_hint_with_the_absolute_path():
         "http://h:99999/ingest?token=s3cret",
         "http://h:8080/ingest?format=json&token=s3cret&x=1",
         "rediss://u:s3c@ret@h/s?group=g&zzz=1",
+        "amqp://u:s3cret@h/v",
+        "amqp://u:s3cret@h/v?queue=q&zzz=1",
+        "nats://u:s3cret@h",
+        "nats://s3cret@h?stream=s",
+        "nats://h?stream=s&token=s3cret&zzz=1",
+        "ws://u:s3cret@h/?ping_timeout=x",
     ],
 )
 def test_errors_never_show_a_secret(uri):
@@ -183,6 +254,11 @@ def test_describe_masks_passwords_and_tokens():
         "mqtt://u:s3cret@h/t",
         "mqtts://u:s3cret@h/t",
         "http://h:1/x?token=s3cret",
+        "amqp://u:s3cret@h/v?queue=q",
+        "nats://u:s3cret@h?stream=s",
+        "nats://h?stream=s&token=s3cret",
+        "ws://u:s3cret@h/feed",
+        "wss://h/feed?token=s3cret",
     ):
         src = parse_source(uri)
         assert "s3cret" not in src.describe() + src.display, uri

@@ -191,12 +191,21 @@ def test_a_failing_sink_ends_the_run_at_once_with_honest_counts(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_an_unreachable_redis_ends_the_run_with_status_1_and_its_reason(tmp_path):
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"redis://:{TOKEN}@127.0.0.1:{{port}}/s?group=g",
+        # issue 36 (nats:// and ws:// take the same path: a server the run watches)
+        f"amqp://app:{TOKEN}@127.0.0.1:{{port}}/%2F?queue=q",
+    ],
+    ids=["redis", "amqp"],
+)
+def test_an_unreachable_broker_ends_the_run_with_status_1_and_its_reason(tmp_path, source):
     """Issue 24: an unreachable broker or Redis is not a run that reads nothing and exits 0."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
         port = taken.getsockname()[1]
-        cmd = ingest_cmd("--source", f"redis://:{TOKEN}@127.0.0.1:{port}/s?group=g")
+        cmd = ingest_cmd("--source", source.format(port=port))
         cmd += ["--sink", "console", "--unreachable-timeout", "3s"]  # no --seconds
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=240, env=ingest_env(), check=False

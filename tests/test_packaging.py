@@ -67,7 +67,13 @@ def test_build_makes_an_sdist_and_a_wheel_with_license_and_typing(dist):
     assert "License" not in meta  # the deprecated free-text field
     requires = meta.get_all("Requires-Dist")
     assert "pyspark<5,>=4.2" in requires
-    for dist_name, extra in (("redis", "redis"), ("paho-mqtt", "mqtt")):
+    for dist_name, extra in (
+        ("redis", "redis"),
+        ("paho-mqtt", "mqtt"),
+        ("pika", "amqp"),
+        ("nats-py", "nats"),
+        ("websockets", "websocket"),
+    ):
         (line,) = [r for r in requires if r.startswith(dist_name)]
         assert f'extra == "{extra}"' in line  # optional: only with its extra
     for dist_name in ("aiohttp", "prometheus-client", "rich"):  # the status page, the live view
@@ -75,7 +81,8 @@ def test_build_makes_an_sdist_and_a_wheel_with_license_and_typing(dist):
         assert "extra ==" not in line
     assert "spark_receivers/driver/ui/status.html" in names  # the page ships in the wheel
     assert "spark_receivers/driver/ui/status.js" in names
-    assert {"http", "redis", "mqtt", "all", "dev"} <= set(meta.get_all("Provides-Extra"))
+    extras = {"http", "redis", "mqtt", "amqp", "nats", "websocket", "all", "dev"}
+    assert extras <= set(meta.get_all("Provides-Extra"))
 
 
 def test_the_wheel_installs_into_a_fresh_venv_and_imports(dist, tmp_path):

@@ -13,11 +13,25 @@
                                        a stream whose name is a number)
 ``mqtt[s]://[user:pw@]host[:port]      an MQTT topic (MqttReceiver), QoS 1 by default;
 /topic``                               ``?qos=``, ``?client_id=``
+``amqp[s]://user:pw@host[:port]        an AMQP queue (AmqpReceiver), acked after the
+/[vhost]?queue=q``                      store; ``?prefetch=``, ``?max_batch=``,
+                                       ``?batch_wait=``, ``?heartbeat=``; the vhost
+                                       percent-encoded (``%2F`` or nothing: ``/``)
+``nats://[user:pw@]host[:port]         a JetStream stream through a durable pull
+?stream=s``                            consumer (NatsReceiver); ``?durable=``,
+                                       ``?subject=``, ``?deliver=all|new``,
+                                       ``?ack_wait=``, ``?max_deliver=``, ``?token=``
+``ws[s]://host[:port]/path``           a WebSocket feed (WebSocketReceiver), at most
+                                       once; ``?subscribe=`` (sent on every
+                                       connection), ``?ping_interval=``,
+                                       ``?ping_timeout=``; every other parameter is
+                                       the feed's own and goes to the server
 ``generator://?rate=N``                generated lines, for trying things out
 =====================================  ==============================================
 
 Ports, when given, must be 1-65535 (a default is used only when the URI has none:
-8080, 6379, 1883/8883). Unknown parameters are refused. ``rediss://`` and
+8080, 6379, 1883/8883, 5672/5671, 4222, 80/443). Unknown parameters are refused
+(but ``ws[s]://``, whose other parameters belong to the feed). ``rediss://`` and
 ``mqtts://`` connect over TLS (``?ca_certs=``, ``?certfile=``, ``?keyfile=``).
 Every source but ``generator://`` takes ``?include_timestamp=true`` (an arrival-time
 column ``timestamp``), ``?bad_record_policy=skip|fail|dead_letter``,
@@ -31,61 +45,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from spark_receivers.cli.uri import MASK, ParsedUri, mask_uri, parse_uri
+from spark_receivers.cli.broker_sources import amqp, nats, ws
+from spark_receivers.cli.source_spec import (
+    RECORD_PARAMS,
+    TLS_PARAMS,
+    Source,
+    host_of,
+    record_options,
+    tls_files,
+)
+from spark_receivers.cli.uri import MASK, ParsedUri, parse_uri
 from spark_receivers.errors import ConfigError
 from spark_receivers.receiver.receiver import Receiver
 
 __all__ = ["HTTP_TOKEN_ENV", "SCHEMES", "Source", "parse_source"]
 
-SCHEMES = ("socket", "http", "file", "redis", "rediss", "mqtt", "mqtts", "generator")
-HTTP_TOKEN_ENV = "SPARK_RECEIVERS_HTTP_TOKEN"
-TLS_PARAMS = ("ca_certs", "certfile", "keyfile")
-RECORD_PARAMS = ("include_timestamp", "bad_record_policy", "dead_letter_dir", "max_record_bytes")
-"""What every source's receiver takes: an arrival-time column, its bad-record policy, and
-the longest record it takes (bytes; default spark.receivers.receiver.maxRecordBytes)."""
-SHOWN_ATTRS = (
-    *("host", "port", "path", "format", "directory", "pattern", "start_at", "stream", "group"),
-    *("url", "field", "topic", "qos", "client_id", "username", "password", "rate", "total"),
-    *TLS_PARAMS,
+SCHEMES = (
+    *("socket", "http", "file", "redis", "rediss", "mqtt", "mqtts"),
+    *("amqp", "amqps", "nats", "ws", "wss", "generator"),
 )
-
-
-@dataclass(frozen=True)
-class Source:
-    """A parsed ``--source``: its receiver and what the CLI checks and says about it."""
-
-    display: str
-    """The URI with its secrets masked: the only form ever printed."""
-    scheme: str
-    receiver: Receiver
-    acknowledgement: str | None
-    """What the source is told once records are stored ("an XACK"); None: nothing."""
-    listen: tuple[str | None, int] | None = None
-    """``(host, port)`` the receiver listens on (None host: the executor's address)."""
-    server: tuple[str, int] | None = None
-    """``(host, port)`` of the server the receiver connects to."""
-    directory: str | None = None
-    """The directory a file source tails."""
-    extra: tuple[tuple[str, str], ...] = ()
-    """Settings :meth:`describe` shows that are not receiver attributes (masked)."""
-
-    def describe(self) -> str:
-        """The receiver and its main settings, secrets masked (what ``--check`` prints)."""
-        attrs = vars(self.receiver)
-        parts = []
-        for name in SHOWN_ATTRS:
-            if name in attrs and attrs[name] is not None:
-                value = attrs[name]
-                if name == "password":
-                    value = MASK
-                elif name == "url":
-                    value = mask_uri(value)
-                parts.append(f"{name}={value!r}")
-        parts += [f"{k}={v}" for k, v in self.extra]
-        return f"{type(self.receiver).__name__}({', '.join(parts)})"
+HTTP_TOKEN_ENV = "SPARK_RECEIVERS_HTTP_TOKEN"
 
 
 def parse_source(uri: str, environ: Mapping[str, str] | None = None) -> Source:
@@ -105,47 +86,15 @@ def _no_userinfo(u: ParsedUri) -> None:
         u.fail(f"{u.scheme}:// takes no user or password")
 
 
-def _host(u: ParsedUri, example: str) -> str:
-    if not u.host:
-        u.fail(f"needs a host: {example}")
-    return u.host
-
-
-def _records(u: ParsedUri) -> dict[str, Any]:
-    """The :data:`RECORD_PARAMS` given, as receiver keyword arguments."""
-    kwargs: dict[str, Any] = {}
-    if "include_timestamp" in u.params:
-        kwargs["include_timestamp"] = u.choice("include_timestamp", ("true", "false"), "") == "true"
-    if "bad_record_policy" in u.params:
-        policies = ("skip", "fail", "dead_letter")
-        kwargs["bad_record_policy"] = u.choice("bad_record_policy", policies, "skip")
-    if "dead_letter_dir" in u.params:
-        path = u.params["dead_letter_dir"]
-        if not os.path.isabs(path):
-            u.fail(f"parameter dead_letter_dir must be an absolute path, got {path!r}")
-        kwargs["dead_letter_dir"] = path
-    if "max_record_bytes" in u.params:
-        kwargs["max_record_bytes"] = u.size("max_record_bytes")
-    return kwargs
-
-
-def _tls_files(u: ParsedUri) -> dict[str, str]:
-    files = {name: u.params[name] for name in TLS_PARAMS if name in u.params}
-    for name, path in files.items():
-        if not os.path.isabs(path):
-            u.fail(f"parameter {name} must be an absolute path, got {path!r}")
-    return files
-
-
 def _socket(u: ParsedUri, environ: Mapping[str, str]) -> Source:
     from spark_receivers.receivers.socket_text import SocketTextReceiver
 
     u.check_params(RECORD_PARAMS)
     _no_userinfo(u)
-    host = _host(u, "socket://host:port")
+    host = host_of(u, "socket://host:port")
     if u.port is None:
         u.fail("needs a port: socket://host:port")
-    kwargs: dict[str, Any] = _records(u)
+    kwargs: dict[str, Any] = record_options(u)
     receiver = SocketTextReceiver(host, u.port, **kwargs)
     return Source(u.display, u.scheme, receiver, None, server=(host, u.port))
 
@@ -170,7 +119,7 @@ def _http(u: ParsedUri, environ: Mapping[str, str]) -> Source:
     token = token or environ.get(HTTP_TOKEN_ENV) or None
     port = 8080 if u.port is None else u.port
     kwargs: dict[str, Any] = {"format": u.choice("format", ("lines", "json"), "lines")}
-    kwargs.update(_records(u))
+    kwargs.update(record_options(u))
     if "max_body_bytes" in u.params:
         kwargs["max_body_bytes"] = u.integer("max_body_bytes")
     if "max_concurrent_stores" in u.params:
@@ -208,7 +157,7 @@ def _file(u: ParsedUri, environ: Mapping[str, str]) -> Source:
         )
     directory = os.path.normpath(u.path)
     kwargs: dict[str, Any] = {"start_at": u.choice("start_at", ("beginning", "end"), "beginning")}
-    kwargs.update(_records(u))
+    kwargs.update(record_options(u))
     if "offsets_dir" in u.params:
         offsets_dir = u.params["offsets_dir"]
         if not os.path.isabs(offsets_dir):
@@ -235,7 +184,7 @@ def _redis(u: ParsedUri, environ: Mapping[str, str]) -> Source:
         + ((*TLS_PARAMS, "cert_reqs") if tls else ())
     )
     example = f"{u.scheme}://host:port/[db/]stream?group=g"
-    host = _host(u, example)
+    host = host_of(u, example)
     port = 6379 if u.port is None else u.port
     segments = [s for s in u.path.split("/") if s]
     db = u.integer("db", None, minimum=0)
@@ -259,14 +208,14 @@ def _redis(u: ParsedUri, environ: Mapping[str, str]) -> Source:
     netloc = f"[{host}]" if ":" in host else host
     url = f"{u.scheme}://{userinfo}{netloc}:{port}/{db or 0}"
     if tls:
-        query = [f"ssl_{k}={quote(v, safe='/')}" for k, v in _tls_files(u).items()]
+        query = [f"ssl_{k}={quote(v, safe='/')}" for k, v in tls_files(u).items()]
         if "cert_reqs" in u.params:
             reqs = u.choice("cert_reqs", ("none", "optional", "required"), "required")
             query.append(f"ssl_cert_reqs={reqs}")
         if query:
             url += "?" + "&".join(query)
     field = u.text("field", "value")
-    kwargs: dict[str, Any] = {"url": url, "field": field or None, **_records(u)}
+    kwargs: dict[str, Any] = {"url": url, "field": field or None, **record_options(u)}
     for name in ("consumer", "group_start_id"):
         if name in u.params:
             kwargs[name] = u.params[name]
@@ -289,14 +238,14 @@ def _mqtt(u: ParsedUri, environ: Mapping[str, str]) -> Source:
         + ("clean_session", "protocol", "session_expiry", *RECORD_PARAMS)
         + (TLS_PARAMS if tls else ())
     )
-    host = _host(u, f"{u.scheme}://host:port/topic")
+    host = host_of(u, f"{u.scheme}://host:port/topic")
     port = (8883 if tls else 1883) if u.port is None else u.port
     topic = u.path[1:] if u.path.startswith("/") else u.path
     if not topic:
         u.fail(f"needs a topic: {u.scheme}://host:port/topic (sensors/+/temp, logs/#)")
     qos = int(u.choice("qos", ("0", "1", "2"), "1"))
     kwargs: dict[str, Any] = {"qos": qos, "username": u.username, "password": u.password}
-    kwargs.update(_records(u))
+    kwargs.update(record_options(u))
     if "clean_session" in u.params:
         kwargs["clean_session"] = u.choice("clean_session", ("true", "false"), "") == "true"
     kwargs["protocol"] = u.choice("protocol", ("5", "3.1.1"), "5")
@@ -320,7 +269,7 @@ def _mqtt(u: ParsedUri, environ: Mapping[str, str]) -> Source:
     if tls:
         from spark_receivers.receivers.mqtt_tls import MqttTlsReceiver
 
-        receiver = MqttTlsReceiver(host, port, topic, **_tls_files(u), **kwargs)
+        receiver = MqttTlsReceiver(host, port, topic, **tls_files(u), **kwargs)
     else:
         receiver = MqttReceiver(host, port, topic, **kwargs)
     ack = "a PUBACK" if qos > 0 else None
@@ -351,5 +300,10 @@ _BUILDERS: dict[str, Callable[[ParsedUri, Mapping[str, str]], Source]] = {
     "rediss": _redis,
     "mqtt": _mqtt,
     "mqtts": _mqtt,
+    "amqp": amqp,
+    "amqps": amqp,
+    "nats": nats,
+    "ws": ws,
+    "wss": ws,
     "generator": _generator,
 }

@@ -2,7 +2,8 @@
 
 ``pip install spark-receivers`` brings what every receiver needs; a receiver
 that talks to a broker needs one more library, installed by an extra:
-``spark-receivers[redis]`` (redis), ``[mqtt]`` (paho-mqtt), or ``[all]``.
+``spark-receivers[redis]`` (redis), ``[mqtt]`` (paho-mqtt), ``[amqp]`` (pika),
+``[nats]`` (nats-py), ``[websocket]`` (websockets), or ``[all]``.
 (``[http]`` is kept for old install lines: aiohttp, which the HTTP receiver and
 the driver's status page use, is a core dependency now.) Such a receiver lists what it needs in
 ``requires`` (a :class:`Requirement` per library); it is imported when the
@@ -22,7 +23,16 @@ from types import ModuleType
 
 from spark_receivers.errors import MissingDependencyError
 
-__all__ = ["AIOHTTP", "PAHO_MQTT", "REDIS", "Requirement", "require"]
+__all__ = [
+    "AIOHTTP",
+    "NATS",
+    "PAHO_MQTT",
+    "PIKA",
+    "REDIS",
+    "WEBSOCKETS",
+    "Requirement",
+    "require",
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,9 @@ class Requirement:
 AIOHTTP = Requirement("aiohttp", "aiohttp", "http")
 REDIS = Requirement("redis", "redis", "redis")
 PAHO_MQTT = Requirement("paho.mqtt.client", "paho-mqtt", "mqtt")
+PIKA = Requirement("pika", "pika", "amqp")
+NATS = Requirement("nats", "nats-py", "nats")
+WEBSOCKETS = Requirement("websockets.sync.client", "websockets", "websocket")
 
 
 def require(requirement: Requirement, who: str) -> ModuleType:

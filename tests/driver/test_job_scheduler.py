@@ -313,9 +313,7 @@ def starting_receivers(world) -> tuple[list[StartingReceivers], object]:
     return launchers, factory
 
 
-def test_a_recovering_start_allocates_the_batches_to_redo_before_any_receiver_runs(
-    world, tmp_path
-):
+def test_a_recovering_start_allocates_the_batches_to_redo_before_any_receiver_runs(world, tmp_path):
     config = StreamingConfig(checkpoint_dir=str(tmp_path), driver_wal_fsync=False)
     recovery = Checkpoint(1000, -1, (10_000,), 9_100, {})  # batch 10000 was pending
     launchers, factory = starting_receivers(world)

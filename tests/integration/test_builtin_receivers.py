@@ -23,17 +23,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
 from harness import free_port
-from service_fixtures import mosquitto_port, redis_url  # noqa: F401
+from service_fixtures import amqp_url, mosquitto_port, nats_url, redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
 from spark_receivers.context import StreamingError
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receivers import (
+    AmqpReceiver,
     FileTailReceiver,
     GeneratorReceiver,
     HttpReceiver,
     MqttReceiver,
+    NatsReceiver,
     RedisStreamReceiver,
+    WebSocketReceiver,
 )
 
 pytestmark = pytest.mark.spark
@@ -203,6 +206,87 @@ def test_mqtt_receiver_delivers_every_qos1_message(spark, mosquitto_port):  # no
         publisher.disconnect()
         publisher.loop_stop()
     assert [v for v in collected.values() if v != "probe"] == sent
+
+
+def test_amqp_receiver_stores_then_acks_every_message(spark, amqp_url):  # noqa: F811
+    import pika
+
+    queue = f"it-{uuid.uuid4().hex[:8]}"
+    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+        conn.channel().queue_declare(queue, durable=True)
+    receiver = AmqpReceiver(amqp_url, queue, batch_wait_ms=50)
+    ssc, collected = streaming(spark, receiver)
+    sent = [f"msg {i}" for i in range(2000)]
+    try:
+        with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for v in sent:
+                ch.basic_publish("", queue, v.encode(), pika.BasicProperties(delivery_mode=2))
+        assert wait_until(lambda: collected.count() >= len(sent), 120), collected.count()
+    finally:
+        ssc.stop(graceful=True)
+    assert collected.values() == sent
+    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+        assert conn.channel().queue_declare(queue, passive=True).method.message_count == 0
+
+
+def test_nats_receiver_stores_then_acks_every_message(spark, nats_url):  # noqa: F811
+    import asyncio
+
+    import nats
+
+    stream = f"it-{uuid.uuid4().hex[:8]}"
+    creds, server = nats_url.split("//")[1].split("@")
+    user, password = creds.split(":")
+
+    async def publish(values: list[str]) -> None:
+        nc = await nats.connect(f"nats://{server}", user=user, password=password)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+            for v in values:
+                await js.publish(f"{stream}.a", v.encode())
+        finally:
+            await nc.close()
+
+    sent = [f"msg {i}" for i in range(2000)]
+    asyncio.run(publish(sent[:1000]))  # before the start: the durable consumer reads them
+    receiver = NatsReceiver(nats_url, stream, fetch_wait_ms=100)
+    ssc, collected = streaming(spark, receiver)
+    try:
+        asyncio.run(publish(sent[1000:]))
+        assert wait_until(lambda: collected.count() >= len(sent), 120), collected.count()
+    finally:
+        ssc.stop(graceful=True)
+    assert collected.values() == sent
+
+
+def test_websocket_receiver_delivers_what_the_feed_sends(spark):
+    from websockets.sync.server import serve
+
+    subscribed = threading.Event()
+    sent = [f"tick {i}" for i in range(2000)]
+
+    def handler(ws) -> None:
+        if ws.recv() == "subscribe":  # the receiver's first message on the connection
+            subscribed.set()
+            for v in sent:
+                ws.send(v)
+            ws.recv()  # until the receiver goes
+
+    port = free_port()
+    server = serve(handler, "127.0.0.1", port)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    receiver = WebSocketReceiver(f"ws://127.0.0.1:{port}/", subscribe="subscribe")
+    ssc, collected = streaming(spark, receiver)
+    try:
+        assert subscribed.wait(120)
+        assert wait_until(lambda: collected.count() >= len(sent), 120), collected.count()
+    finally:
+        ssc.stop(graceful=True)
+        server.shutdown()
+    assert collected.values() == sent
 
 
 def test_mqtt_job_restarted_from_its_checkpoint_gets_what_was_published_while_down(

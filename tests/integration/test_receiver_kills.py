@@ -3,7 +3,8 @@
 Each test runs the receiver with the receiver WAL on, feeds its real source while the
 receiver's Python worker is killed with SIGKILL once records flow, and checks that at
 the end every message the source holds (every line of the files, every entry of the
-Redis stream, every QoS 1 message, every acknowledged POST) is in some batch's output:
+Redis stream, every QoS 1 message, every message an AMQP queue or a JetStream stream
+confirmed, every acknowledged POST) is in some batch's output:
 at least once. The tracker relaunches the receiver; batches read the blocks of the dead
 worker from the WAL.
 """
@@ -28,13 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
 from harness import free_port
 from processes import wait_until
-from service_fixtures import mosquitto_port, redis_url  # noqa: F401
+from service_fixtures import amqp_url, mosquitto_port, nats_url, redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext
 from spark_receivers.receivers import (
+    AmqpReceiver,
     FileTailReceiver,
     HttpReceiver,
     MqttReceiver,
+    NatsReceiver,
     RedisStreamReceiver,
 )
 
@@ -229,4 +232,71 @@ def test_http_receiver_acknowledged_posts_survive_kill_9(spark, tmp_path):
 
     receiver = HttpReceiver(port=port, token="k1ll")
     expected, _ = run_with_a_kill(spark, tmp_path, receiver, feed, enough=500)
+    assert len(expected) == 3000
+
+
+def test_amqp_receiver_survives_kill_9(spark, tmp_path, amqp_url):  # noqa: F811
+    import pika
+
+    queue = f"kill-{uuid.uuid4().hex[:8]}"
+    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+        conn.channel().queue_declare(queue, durable=True)
+
+    def feed(_: Collected) -> set[str]:
+        sent = set()
+        with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()  # each message is the broker's before the next
+            for chunk in range(30):
+                for i in range(100):
+                    body = f"msg {chunk} {i}"
+                    ch.basic_publish(
+                        "", queue, body.encode(), pika.BasicProperties(delivery_mode=2)
+                    )
+                    sent.add(body)
+                conn.sleep(0.1)
+        return sent
+
+    receiver = AmqpReceiver(amqp_url, queue, batch_wait_ms=50)
+    expected, _ = run_with_a_kill(spark, tmp_path, receiver, feed, enough=500)
+    assert len(expected) == 3000
+
+    def queue_empty() -> bool:
+        with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+            ok = conn.channel().queue_declare(queue, passive=True)
+            return ok.method.message_count == 0
+
+    # what the killed worker had unacked was requeued, delivered again and acked
+    wait_until(queue_empty, 30, "an empty queue")
+
+
+def test_nats_receiver_survives_kill_9(spark, tmp_path, nats_url):  # noqa: F811
+    import asyncio
+
+    import nats
+
+    stream = f"kill-{uuid.uuid4().hex[:8]}"
+    creds, server = nats_url.split("//")[1].split("@")
+    user, password = creds.split(":")
+
+    async def publish_all() -> set[str]:
+        nc = await nats.connect(f"nats://{server}", user=user, password=password)
+        sent = set()
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+            for chunk in range(30):
+                for i in range(100):
+                    await js.publish(f"{stream}.a", f"msg {chunk} {i}".encode())  # stored
+                    sent.add(f"msg {chunk} {i}")
+                await asyncio.sleep(0.1)
+        finally:
+            await nc.close()
+        return sent
+
+    # AckWait of 2 s: what the killed worker fetched and never acked comes again soon
+    receiver = NatsReceiver(nats_url, stream, durable="kill", fetch_wait_ms=100, ack_wait_s=2.0)
+    expected, _ = run_with_a_kill(
+        spark, tmp_path, receiver, lambda _: asyncio.run(publish_all()), enough=500
+    )
     assert len(expected) == 3000

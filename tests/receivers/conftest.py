@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from service_fixtures import mosquitto_port, redis_url
+from service_fixtures import amqp_url, mosquitto_port, nats_url, redis_url
 
-__all__ = ["mosquitto_port", "redis_url"]
+__all__ = ["amqp_url", "mosquitto_port", "nats_url", "redis_url"]

@@ -1,4 +1,4 @@
-"""Session fixtures for the real servers the receivers talk to (redis, mosquitto).
+"""Session fixtures for the real servers the receivers talk to (redis, mosquitto, amqp, nats).
 
 Each server is started once per test session through scripts/services.sh (which
 installs it with apt-get when missing) in a state folder of this session, on a
@@ -55,6 +55,27 @@ def start_service(name: str) -> int:
         return port
 
 
+def restart_service(name: str) -> None:
+    """Stop ``name`` and start it again on the same port with its data (amqp, nats)."""
+    with _lock:
+        done = subprocess.run(
+            ["bash", str(SCRIPT), "restart", name],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    if done.returncode != 0:
+        pytest.fail(f"scripts/services.sh restart {name} failed:\n{done.stderr[-2000:]}")
+
+
+def login(name: str) -> tuple[str, str]:
+    """The user and password scripts/services.sh gave broker ``name`` (amqp, nats)."""
+    folder = Path(_state_dir) / name
+    return (folder / "user").read_text().strip(), (folder / "password").read_text().strip()
+
+
 def stop_all() -> None:
     with _lock:
         if not _ports:
@@ -75,3 +96,19 @@ def redis_url() -> str:
 def mosquitto_port() -> int:
     """The port of the session's mosquitto on 127.0.0.1."""
     return start_service("mosquitto")
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """``amqp://user:password@127.0.0.1:<port>/%2F`` of the session's RabbitMQ (no guest)."""
+    port = start_service("amqp")
+    user, password = login("amqp")
+    return f"amqp://{user}:{password}@127.0.0.1:{port}/%2F"
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    """``nats://user:password@127.0.0.1:<port>`` of the session's nats-server (JetStream on)."""
+    port = start_service("nats")
+    user, password = login("nats")
+    return f"nats://{user}:{password}@127.0.0.1:{port}"

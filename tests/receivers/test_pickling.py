@@ -6,11 +6,14 @@ import pytest
 from pyspark import cloudpickle
 
 from spark_receivers.receivers import (
+    AmqpReceiver,
     FileTailReceiver,
     GeneratorReceiver,
     HttpReceiver,
     MqttReceiver,
+    NatsReceiver,
     RedisStreamReceiver,
+    WebSocketReceiver,
 )
 
 
@@ -22,6 +25,9 @@ from spark_receivers.receivers import (
         RedisStreamReceiver("s", "g"),
         MqttReceiver("127.0.0.1", 1883, "t/#"),
         GeneratorReceiver(rate=10, total=5),
+        AmqpReceiver("amqp://u:p@127.0.0.1:5672/%2F", "q"),
+        NatsReceiver("nats://u:p@127.0.0.1:4222", "S", subject="S.>"),
+        WebSocketReceiver("ws://127.0.0.1:9000/feed", subscribe="sub"),
     ],
     ids=lambda r: type(r).__name__,
 )

@@ -184,7 +184,5 @@ def test_the_status_page_binds_one_literal_address(names):
     from spark_receivers.driver.observability import ui_bind_host
 
     assert ui_bind_host(StreamingConfig(ui_host="localhost"), environ={}) == "127.0.0.1"
-    assert ui_bind_host(StreamingConfig(), environ={"SPARK_LOCAL_IP": "localhost"}) == (
-        "127.0.0.1"
-    )
+    assert ui_bind_host(StreamingConfig(), environ={"SPARK_LOCAL_IP": "localhost"}) == ("127.0.0.1")
     assert ui_bind_host(StreamingConfig(), environ={}) == "0.0.0.0"
