@@ -20,7 +20,7 @@ BatchFunction = Callable[["DataFrame", int], None]
 
 
 class StreamGraph(Protocol):
-    """What a stream asks of its graph (``driver/stream_graph.StreamGraph``)."""
+    """What a stream asks of its graph (``driver/batches/stream_graph.StreamGraph``)."""
 
     spark: SparkSession
 

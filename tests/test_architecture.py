@@ -200,7 +200,7 @@ def test_every_room_imports_only_the_rooms_it_may():
 
 
 def test_the_layering_check_sees_a_forbidden_arrow():
-    edges = {"spark_receivers.receiver.block": {"spark_receivers.driver.job_generator"}}
+    edges = {"spark_receivers.receiver.block": {"spark_receivers.driver.batches.job_generator"}}
     assert ("receiver", "driver") in room_arrows(edges)
     assert "driver" not in MAY_IMPORT["receiver"]
 

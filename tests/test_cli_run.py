@@ -13,8 +13,8 @@ from spark_receivers.cli.outcome import judge
 from spark_receivers.cli.progress import ProgressPrinter, one_line, reason_of
 from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.context import StreamingError
-from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, ReceiverInfo
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.listener import BatchInfo, OutputOperationInfo, ReceiverInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
 from spark_receivers.errors import ConfigError
 
 
@@ -283,8 +283,9 @@ def test_a_receiver_that_never_started_fails_the_run_with_its_last_error():
         "cluster"
     )
     unscheduled = judge(status(receivers=(receiver(None),)), {}, None, wal=False)
-    assert "no executor ran its task within spark.receivers.receiver.startTimeout" in (
-        unscheduled.lines[-1]
+    assert (
+        "no executor ran its task within spark.receivers.receiver.startTimeout"
+        in (unscheduled.lines[-1])
     )
     # A receiver that started and received nothing (an idle source) is a clean run.
     idle = judge(status(receivers=(receiver("127.0.0.1:4000"),)), {}, None, wal=False)

@@ -190,7 +190,10 @@ def _check_driver_python(python: str) -> None:
 def _prepare_executors(
     sc: SparkContext, config: StreamingConfig, network: EndpointNetwork
 ) -> str | None:
-    from spark_receivers.driver.receiver_launcher import alive_executors, wait_for_executors
+    from spark_receivers.driver.tracking.receiver_launcher import (
+        alive_executors,
+        wait_for_executors,
+    )
 
     wait_for_executors(sc)
     executors = [loc for loc in alive_executors(sc) if loc.executor_id != "driver"]
@@ -277,7 +280,7 @@ def _accept_all(listener: socket.socket) -> None:
 
 
 def _first_line(error: BaseException) -> str:
-    from spark_receivers.driver.receiver_launcher import summarize_failure
+    from spark_receivers.driver.tracking.receiver_launcher import summarize_failure
 
     return summarize_failure(error)
 

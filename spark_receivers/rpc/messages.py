@@ -2,7 +2,7 @@
 
 Remote messages to the driver's tracker (:data:`TrackerMessage`) and to a
 receiver's supervisor (:data:`SupervisorMessage`) are kept apart from the
-driver-local commands (those live in ``driver/tracker_commands.py``), as Spark
+driver-local commands (those live in ``driver/tracking/tracker_commands.py``), as Spark
 keeps ``ReceiverTrackerMessage`` apart from ``ReceiverTrackerLocalMessage``.
 
 Encoding is JSON with a fixed schema (:mod:`spark_receivers.rpc.codec`): a

@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.checkpoint import Checkpoint
-from spark_receivers.driver.job_generator import JobGenerator
+from spark_receivers.driver.batches.checkpoint import Checkpoint
+from spark_receivers.driver.batches.job_generator import JobGenerator
+from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.driver.job_scheduler import JobScheduler
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.receiver_launcher import ReceiverLauncher
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
-from spark_receivers.driver.stream_graph import StreamGraph
+from spark_receivers.driver.observe.listener import ListenerBus
+from spark_receivers.driver.tracking.receiver_launcher import ReceiverLauncher
+from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -313,9 +313,7 @@ def starting_receivers(world) -> tuple[list[StartingReceivers], object]:
     return launchers, factory
 
 
-def test_a_recovering_start_allocates_the_batches_to_redo_before_any_receiver_runs(
-    world, tmp_path
-):
+def test_a_recovering_start_allocates_the_batches_to_redo_before_any_receiver_runs(world, tmp_path):
     config = StreamingConfig(checkpoint_dir=str(tmp_path), driver_wal_fsync=False)
     recovery = Checkpoint(1000, -1, (10_000,), 9_100, {})  # batch 10000 was pending
     launchers, factory = starting_receivers(world)
@@ -459,7 +457,7 @@ def test_a_dying_launcher_fails_the_context(world):
 
 
 def test_a_failed_batch_reports_the_blocks_it_lost_then_fails_the_context(world):
-    from spark_receivers.driver.listener import StreamingListener
+    from spark_receivers.driver.observe.listener import StreamingListener
 
     lost = []
 

@@ -6,12 +6,15 @@ import threading
 
 import pytest
 
-from spark_receivers.driver import tracker_commands as cmd
-from spark_receivers.driver.listener import ListenerBus, ReceiverInfo, StreamingListener
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_outbox import ReceiverOutbox
-from spark_receivers.driver.receiver_tracker import ReceiverTracker, TrackerState
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, ReceiverState
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import ListenerBus, ReceiverInfo, StreamingListener
+from spark_receivers.driver.tracking import tracker_commands as cmd
+from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
+from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker, TrackerState
+from spark_receivers.driver.tracking.scheduling_policy import (
+    ExecutorCacheTaskLocation,
+    ReceiverState,
+)
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m

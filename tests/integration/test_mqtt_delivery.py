@@ -136,9 +136,7 @@ class Publisher:
     def acked(self, timeout_s: float) -> set[str]:
         """The messages the broker PUBACKed (PUBCOMPed at QoS 2), waiting up to ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not all(
-            i.is_published() for i in self.sent.values()
-        ):
+        while time.monotonic() < deadline and not all(i.is_published() for i in self.sent.values()):
             time.sleep(0.2)
         return {p for p, i in self.sent.items() if i.is_published()}
 
@@ -204,9 +202,7 @@ def test_a_burst_published_as_the_job_starts_is_delivered_whole(tmp_path, broker
     assert got >= acked, f"the job lost {len(acked - got)} acknowledged messages"
 
 
-def test_a_broker_stopped_with_sigterm_and_restarted_loses_nothing_acknowledged(
-    tmp_path, broker
-):
+def test_a_broker_stopped_with_sigterm_and_restarted_loses_nothing_acknowledged(tmp_path, broker):
     """4,000 QoS 1 messages, the broker (persistence on, as the docs say) stopped with
     SIGTERM a third of the way and started again; the job restarts its receiver."""
     topic = f"sigterm/{uuid.uuid4().hex[:8]}"

@@ -87,9 +87,7 @@ def test_a_record_over_the_limit_is_taken_out_of_its_block_and_set_aside(
 
 
 @pytest.mark.parametrize("reliable", [False, True])
-def test_under_fail_the_records_before_are_kept_and_the_receiver_stops_for_good(
-    tracker, reliable
-):
+def test_under_fail_the_records_before_are_kept_and_the_receiver_stops_for_good(tracker, reliable):
     receiver = Storing([["a", BIG, "b"]], reliable=reliable, bad_record_policy="fail")
     sup = supervise(tracker, receiver)
     sup.start()
@@ -151,9 +149,7 @@ def test_split_oversize_keeps_exactly_the_rows_within_the_limit(rows, limit):
         return len((r[0] or "").encode()) + len(r[1] or b"")
 
     kept, taken = split_oversize(table, limit)
-    assert kept.to_pylist() == [
-        {"s": r[0], "b": r[1], "n": r[2]} for r in rows if size(r) <= limit
-    ]
+    assert kept.to_pylist() == [{"s": r[0], "b": r[1], "n": r[2]} for r in rows if size(r) <= limit]
     assert [(t["s"], t["b"], t["n"], n) for t, n in taken] == [
         (*r, size(r)) for r in rows if size(r) > limit
     ]

@@ -181,10 +181,8 @@ def test_local_host_never_answers_a_name(names, resolves_to):
 
 
 def test_the_status_page_binds_one_literal_address(names):
-    from spark_receivers.driver.observability import ui_bind_host
+    from spark_receivers.driver.observe.observability import ui_bind_host
 
     assert ui_bind_host(StreamingConfig(ui_host="localhost"), environ={}) == "127.0.0.1"
-    assert ui_bind_host(StreamingConfig(), environ={"SPARK_LOCAL_IP": "localhost"}) == (
-        "127.0.0.1"
-    )
+    assert ui_bind_host(StreamingConfig(), environ={"SPARK_LOCAL_IP": "localhost"}) == ("127.0.0.1")
     assert ui_bind_host(StreamingConfig(), environ={}) == "0.0.0.0"

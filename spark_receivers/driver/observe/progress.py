@@ -1,7 +1,7 @@
 """The progress of recent batches: ``ssc.last_progress`` and the ``on_batch_progress`` event.
 
 :class:`ProgressRecorder` listens on the context's bus: every completed batch
-becomes a :class:`~spark_receivers.driver.streaming_progress.StreamingProgress`
+becomes a :class:`~spark_receivers.driver.observe.streaming_progress.StreamingProgress`
 (Structured Streaming's shape), kept among the last ``keep`` (the status page's
 ``spark.streaming.ui.retainedBatches``), and is posted back to the bus as
 ``on_batch_progress`` so that every listener sees it right after
@@ -15,18 +15,18 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.observe.listener import (
     BatchInfo,
     ListenerBus,
     StreamingListener,
 )
-from spark_receivers.driver.scheduling_policy import ReceiverState
-from spark_receivers.driver.streaming_progress import (
+from spark_receivers.driver.observe.streaming_progress import (
     OutputOperationProgress,
     SourceProgress,
     StreamingProgress,
     stream_uuid,
 )
+from spark_receivers.driver.tracking.scheduling_policy import ReceiverState
 
 __all__ = ["ProgressRecorder"]
 

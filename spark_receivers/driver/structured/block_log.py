@@ -15,9 +15,10 @@ one that starts past the end follows WAL segments already cleaned. Every event
 carries its write time; the driver WAL is never cleaned past the oldest event a
 block log still needs (:meth:`BlockLogs.wal_floor_ms`).
 
-The logs share the :class:`~spark_receivers.driver.received_block_tracker.ReceivedBlockTracker`'s
-lock, queues and WAL (one WAL orders every block event); the tracker owns them
-as ``tracker.logs``. :class:`OffsetEndpoint` answers the readers' remote
+The logs share the
+:class:`~spark_receivers.driver.batches.received_block_tracker.ReceivedBlockTracker`'s
+lock, queues and WAL (one WAL orders every block event); the tracker owns them as
+``tracker.logs``. :class:`OffsetEndpoint` answers the readers' remote
 messages (``DescribeStream``, ``StreamOffsets``, ``AllocateOffsets``,
 ``GetOffsetRange``, ``CommitOffsets``; see ``spark/stream_source.py``).
 """
@@ -35,7 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_receivers.driver.block_events import (
+from spark_receivers.driver.batches.block_events import (
     BlockTrackerEvent,
     OffsetCommitEvent,
     OffsetRangeEvent,

@@ -26,7 +26,10 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, TaskLocation
+from spark_receivers.driver.tracking.scheduling_policy import (
+    ExecutorCacheTaskLocation,
+    TaskLocation,
+)
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.rpc.hosts import local_host
 from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_receivers.driver.streaming_progress import StreamingProgress
+    from spark_receivers.driver.observe.streaming_progress import StreamingProgress
 
 log = logging.getLogger(__name__)
 

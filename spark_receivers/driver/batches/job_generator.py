@@ -40,15 +40,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from spark_receivers.driver.checkpoint import Checkpoint
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.batches.checkpoint import Checkpoint
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import (
     MAX_METADATA_PER_STREAM,
     BatchInfo,
     ListenerBus,
     OutputOperationInfo,
     StreamInputInfo,
 )
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.util.clock import Clock
 from spark_receivers.util.timer import RecurringTimer

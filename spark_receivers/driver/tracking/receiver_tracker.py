@@ -8,7 +8,7 @@ that talks to the supervisors), unit-tested with a fake launcher and ``ManualClo
 :meth:`ReceiverTracker.handle` answers the receivers' remote messages
 (``RegisterReceiver``, ``AddBlock``/``AddBlocks``, ``ReportError``,
 ``DeregisterReceiver``) on gRPC threads; the driver-local commands of
-:mod:`spark_receivers.driver.tracker_commands` run through :meth:`ReceiverTracker.run`.
+:mod:`spark_receivers.driver.tracking.tracker_commands` run through :meth:`ReceiverTracker.run`.
 Placement follows the :class:`ReceiverSchedulingPolicy`: a registration from an
 executor the receiver was not scheduled on is refused; a receiver whose job
 ended is relaunched on its old executors if they are alive, else rescheduled.
@@ -39,20 +39,20 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spark_receivers.driver import tracker_commands as cmd
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_launcher import Launcher, ReceiverJobs
-from spark_receivers.driver.receiver_outbox import ReceiverOutbox
-from spark_receivers.driver.restart_policy import RestartPolicy
-from spark_receivers.driver.scheduling_policy import (
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import ListenerBus
+from spark_receivers.driver.observe.status import ReceiverStatus
+from spark_receivers.driver.tracking import tracker_commands as cmd
+from spark_receivers.driver.tracking.receiver_launcher import Launcher, ReceiverJobs
+from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
+from spark_receivers.driver.tracking.restart_policy import RestartPolicy
+from spark_receivers.driver.tracking.scheduling_policy import (
     ReceiverSchedulingPolicy,
     ReceiverState,
     ReceiverTrackingInfo,
     TaskLocation,
 )
-from spark_receivers.driver.status import ReceiverStatus
-from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts, check_block
+from spark_receivers.driver.tracking.tracked_receiver import TrackedReceiver, accepts, check_block
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m

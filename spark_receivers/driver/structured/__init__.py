@@ -1,0 +1,1 @@
+"""The driver side of the Structured Streaming source: block logs, the offset endpoint."""
