@@ -45,11 +45,7 @@ from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.driver.observe.listener import BlockLostInfo, ListenerBus
 from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsTracker
 from spark_receivers.driver.observe.status import StreamingStatus
-from spark_receivers.driver.structured.block_log import (
-    OFFSET_MESSAGES,
-    OffsetEndpoint,
-    describe_streams,
-)
+from spark_receivers.driver.structured import OFFSET_MESSAGES, OffsetEndpoint, describe_streams
 from spark_receivers.driver.tracking.block_keepers import (
     KEEPER_TRACKER_MESSAGES,
     BlockKeepers,

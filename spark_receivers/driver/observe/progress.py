@@ -10,6 +10,7 @@ becomes a :class:`~spark_receivers.driver.observe.streaming_progress.StreamingPr
 
 from __future__ import annotations
 
+import enum
 import threading
 import uuid
 from collections import deque
@@ -26,7 +27,6 @@ from spark_receivers.driver.observe.streaming_progress import (
     StreamingProgress,
     stream_uuid,
 )
-from spark_receivers.driver.tracking.scheduling_policy import ReceiverState
 
 __all__ = ["ProgressRecorder"]
 
@@ -44,7 +44,7 @@ class ProgressRecorder(StreamingListener):
     def __init__(
         self,
         batch_interval_ms: int,
-        receiver_states: Callable[[], Mapping[int, ReceiverState]],
+        receiver_states: Callable[[], Mapping[int, enum.Enum]],
         bus: ListenerBus | None = None,
         keep: int = 1000,
         describe: Callable[[int], str] | None = None,

@@ -36,11 +36,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_receivers.driver.batches.block_events import (
-    BlockTrackerEvent,
+from spark_receivers.driver.structured.offset_events import (
     OffsetCommitEvent,
+    OffsetEvent,
     OffsetRangeEvent,
-    info_to_dict,
 )
 from spark_receivers.errors import OffsetError, RpcError
 from spark_receivers.rpc import messages as m
@@ -129,7 +128,7 @@ class BlockLogs:
         lock: threading.RLock,
         changed: threading.Condition,
         queues: dict[int, deque[ReceivedBlockInfo]],
-        write: Callable[[BlockTrackerEvent], bool],
+        write: Callable[[OffsetEvent], bool],
         clock: Clock,
     ) -> None:
         self._logs: dict[int, _BlockLog] = {s: _BlockLog() for s in stream_ids}
@@ -166,7 +165,7 @@ class BlockLogs:
         floors = [f for f in (b.wal_floor_ms() for b in self._logs.values()) if f is not None]
         return min(floors, default=None)
 
-    def replay(self, event: BlockTrackerEvent, known: dict[str, int | None]) -> None:
+    def replay(self, event: OffsetEvent, known: dict[str, int | None]) -> None:
         """Apply a recovered range or commit event (see the module doc)."""
         match event:
             case OffsetRangeEvent(stream_id=s, start=start, blocks=infos, written_ms=w):
@@ -342,7 +341,7 @@ class OffsetEndpoint:
                 case m.GetOffsetRange(start=start, end=end):
                     _non_negative(start=start, end=end)
                     return [
-                        [info_to_dict(b), first, rows]
+                        [b.to_dict(), first, rows]
                         for b, first, rows in self._logs.offset_range(sid, start, end)
                     ]
                 case m.CommitOffsets(end=end):
