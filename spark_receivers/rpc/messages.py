@@ -1,9 +1,9 @@
 """The messages that cross the wire, as frozen dataclasses in closed sets.
 
 Remote messages to the driver's tracker (:data:`TrackerMessage`) and to a
-receiver's supervisor (:data:`SupervisorMessage`) are kept apart from the
-driver-local commands (those live in ``driver/tracking/tracker_commands.py``), as Spark
-keeps ``ReceiverTrackerMessage`` apart from ``ReceiverTrackerLocalMessage``.
+receiver's supervisor (:data:`SupervisorMessage`). What Spark sends as
+``ReceiverTrackerLocalMessage`` are plain method calls of the driver's
+``ReceiverTracker`` here: they never cross the wire.
 
 Encoding is JSON with a fixed schema (:mod:`spark_receivers.rpc.codec`): a
 message is checked against the classes an endpoint accepts, field by field.

@@ -10,7 +10,6 @@ from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ConfigError
 from spark_receivers.rpc import hosts
 from spark_receivers.rpc.hosts import local_host
-from spark_receivers.rpc.transport import local_bind_host
 from spark_receivers.spark.receiver_task import executor_host
 
 DRIVER_CONF = {"spark.driver.bindAddress": "10.0.0.1", "spark.driver.host": "10.0.0.2"}
@@ -56,9 +55,9 @@ def test_the_driver_and_executor_entry_points_agree(monkeypatch, resolves_to):
     resolves_to("10.9.9.9")
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     assert executor_host() == local_host() == "10.9.9.9"
-    assert local_bind_host(DRIVER_CONF) == "10.0.0.1"
+    assert local_host(DRIVER_CONF) == "10.0.0.1"
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    assert executor_host() == local_bind_host(DRIVER_CONF) == "127.0.0.1"
+    assert executor_host() == local_host(DRIVER_CONF) == "127.0.0.1"
 
 
 # --- the network keys: bind vs advertised host, port ranges -------------------------------

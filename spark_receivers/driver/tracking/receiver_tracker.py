@@ -7,8 +7,8 @@ that talks to the supervisors), unit-tested with a fake launcher and ``ManualClo
 
 :meth:`ReceiverTracker.handle` answers the receivers' remote messages
 (``RegisterReceiver``, ``AddBlock``/``AddBlocks``, ``ReportError``,
-``DeregisterReceiver``) on gRPC threads; the driver-local commands of
-:mod:`spark_receivers.driver.tracking.tracker_commands` run through :meth:`ReceiverTracker.run`.
+``DeregisterReceiver``) on gRPC threads; driver threads call its methods
+(``stop_receivers``, ``update_rate_limit``, ``remove_blocks``...) directly.
 Placement follows the :class:`ReceiverSchedulingPolicy`: a registration from an
 executor the receiver was not scheduled on is refused; a receiver whose job
 ended is relaunched on its old executors if they are alive, else rescheduled.
@@ -42,7 +42,6 @@ from typing import Any
 from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.driver.observe.listener import ListenerBus
 from spark_receivers.driver.observe.status import ReceiverStatus
-from spark_receivers.driver.tracking import tracker_commands as cmd
 from spark_receivers.driver.tracking.receiver_launcher import Launcher, ReceiverJobs
 from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
 from spark_receivers.driver.tracking.restart_policy import RestartPolicy
@@ -208,32 +207,7 @@ class ReceiverTracker:
         if still_active:
             log.warning("receivers %s did not deregister before the tracker stopped", still_active)
 
-    # --- local commands -------------------------------------------------------
-
-    def run(self, command: cmd.TrackerCommand) -> Any:
-        """Run a driver-local command and return its result (sends happen off the lock)."""
-        match command:
-            case cmd.StopAllReceivers():
-                return self.stop_receivers()
-            case cmd.ReleaseAllReceivers():
-                return self.release_receivers()
-            case cmd.UpdateReceiverRateLimit(stream_id=sid, rate=rate):
-                return self.update_rate_limit(sid, rate)
-            case cmd.CleanupOldBlocks(threshold_ms=threshold):
-                return self.cleanup_old_blocks(threshold)
-            case cmd.RemoveBlocks(blocks=blocks):
-                return self.remove_blocks(blocks)
-            case cmd.AllReceiverIds():
-                with self._lock:
-                    return [
-                        s
-                        for s, r in self._receivers.items()
-                        if r.state is not ReceiverState.INACTIVE
-                    ]
-            case cmd.GetAllReceiverInfo():
-                return self.tracking_infos()
-        msg = f"unknown tracker command {command!r}"
-        raise StateError(msg)
+    # --- commands to receivers (sent by the outbox, never under the lock) ------
 
     def update_rate_limit(self, stream_id: int, rate: float) -> None:
         """Send ``UpdateRateLimit`` to the receiver of ``stream_id`` if it runs."""
