@@ -64,6 +64,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "<root>": {"config", "context", "driver.observe", "errors", "receiver", "receivers", "stream"},
     "__main__": {"cli"},
     "cli": {"<root>", "context", "driver.observe", "driver.tracking", "receiver", "receivers"}
+    | {"spark"}
     | _LOW,
     "config": {"config_checks", "config_deploy", "errors", "receiver", "rpc"},
     "config_checks": {"errors", "receiver", "util"},

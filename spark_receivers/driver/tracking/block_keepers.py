@@ -31,17 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.observe.listener import BlockLostInfo, ListenerBus, ReplicationInfo
-from spark_receivers.driver.tracking.receiver_launcher import (
-    alive_executors,
-    is_local_master,
-    located_rdd,
-)
+from spark_receivers.driver.tracking.receiver_launcher import alive_executors
 from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import RpcError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
+from spark_receivers.spark.cluster import is_local_master, located_rdd
 from spark_receivers.spark.keeper_task import KeeperTaskSpec, make_keeper_task
 from spark_receivers.util.clock import Clock, SystemClock
 
