@@ -48,7 +48,7 @@ from spark_receivers.util.clock import Clock
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OFFSET_MESSAGES", "BlockLogs", "OffsetEndpoint", "StreamDescription"]
+__all__ = ["OFFSET_MESSAGES", "BlockLogs", "OffsetEndpoint", "StructuredStreamInfo"]
 
 OFFSET_MESSAGES: tuple[type, ...] = (
     m.DescribeStream,
@@ -298,7 +298,7 @@ class BlockLogs:
 
 
 @dataclass(frozen=True)
-class StreamDescription:
+class StructuredStreamInfo:
     """What a Structured Streaming reader may learn of a stream."""
 
     stream_id: int
@@ -316,7 +316,7 @@ class OffsetEndpoint:
     def __init__(
         self,
         logs: BlockLogs,
-        streams: Sequence[StreamDescription],
+        streams: Sequence[StructuredStreamInfo],
         remove_blocks: Callable[[list[ReceivedBlockInfo]], None],
     ) -> None:
         self._logs = logs
@@ -380,6 +380,6 @@ def _non_negative(**offsets: int) -> None:
             raise OffsetError(msg)
 
 
-def describe_streams(receivers: Mapping[int, Any]) -> list[StreamDescription]:
+def describe_streams(receivers: Mapping[int, Any]) -> list[StructuredStreamInfo]:
     """Descriptions of receivers by stream id (anything with ``name`` and ``schema``)."""
-    return [StreamDescription(sid, r.name, r.schema) for sid, r in receivers.items()]
+    return [StructuredStreamInfo(sid, r.name, r.schema) for sid, r in receivers.items()]
