@@ -42,7 +42,12 @@ from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStor
 from spark_receivers.driver.batches.job_generator import Blocks, JobGenerator, OutputOperation
 from spark_receivers.driver.batches.received_block_tracker import open_block_tracker
 from spark_receivers.driver.batches.stream_graph import StreamGraph
-from spark_receivers.driver.observe.listener import BlockLostInfo, ListenerBus
+from spark_receivers.driver.observe.listener import (
+    BlockLost,
+    BlockLostInfo,
+    ListenerBus,
+    StreamingStarted,
+)
 from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsTracker
 from spark_receivers.driver.observe.status import StreamingStatus
 from spark_receivers.driver.structured import OFFSET_MESSAGES, OffsetEndpoint, describe_streams
@@ -238,7 +243,7 @@ class JobScheduler:
         if self._checkpoints is not None and self._recovery is None:
             self.write_checkpoint(-1, [])
         # First on the bus, before any receiver can register.
-        self._bus.post("on_streaming_started", self._clock.get_time_ms())
+        self._bus.post(StreamingStarted(self._clock.get_time_ms()))
         if graph.receivers:
             self.launcher.wait_for_executors()
             address = self._endpoint.address
@@ -356,9 +361,8 @@ class JobScheduler:
                 stream_id,
                 records,
             )
-            self._bus.post(
-                "on_block_lost", BlockLostInfo(batch_time_ms, stream_id, block_id, records, reason)
-            )
+            lost = BlockLostInfo(batch_time_ms, stream_id, block_id, records, reason)
+            self._bus.post(BlockLost(lost))
         log.error("batch %d failed; stopping the streaming context", batch_time_ms)
         self.fail(error)
 

@@ -18,7 +18,11 @@ from spark_receivers.driver.batches.checkpoint import Checkpoint
 from spark_receivers.driver.batches.job_generator import JobGenerator
 from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.driver.job_scheduler import JobScheduler
-from spark_receivers.driver.observe.listener import ListenerBus
+from spark_receivers.driver.observe.listener import (
+    ListenerBus,
+    StreamingListenerEvent,
+    StreamingStarted,
+)
 from spark_receivers.driver.tracking.receiver_launcher import ReceiverLauncher
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ReceiverError, StateError
@@ -137,10 +141,10 @@ class RecordingBus(ListenerBus):
         super().__init__()
         self._rec = rec
 
-    def post(self, method: str, payload: object) -> None:
-        if method == "on_streaming_started":
+    def post(self, event: StreamingListenerEvent) -> None:
+        if isinstance(event, StreamingStarted):
             self._rec.add("post on_streaming_started")
-        super().post(method, payload)
+        super().post(event)
 
 
 class PlayedReceivers:

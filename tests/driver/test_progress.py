@@ -10,6 +10,7 @@ from spark_receivers import StreamingListener, StreamingProgress
 from spark_receivers.driver.batches.job_generator import describe_batch, stream_input_info
 from spark_receivers.driver.observe.listener import (
     MAX_METADATA_PER_STREAM,
+    BatchCompleted,
     BatchInfo,
     ListenerBus,
     OutputOperationInfo,
@@ -90,7 +91,7 @@ def test_batch_progress_reaches_listeners_right_after_batch_completed():
     bus.add(Listener())
     bus.start()
     try:
-        bus.post("on_batch_completed", info())
+        bus.post(BatchCompleted(info()))
         assert got.wait(10)
     finally:
         bus.stop()

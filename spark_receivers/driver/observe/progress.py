@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from spark_receivers.driver.observe.listener import (
     BatchInfo,
+    BatchProgress,
     ListenerBus,
     StreamingListener,
 )
@@ -92,7 +93,7 @@ class ProgressRecorder(StreamingListener):
             self._progress.append(progress)
             self._batches += 1
         if self._bus is not None:
-            self._bus.post("on_batch_progress", progress)
+            self._bus.post(BatchProgress(progress))
 
     def progress_of(self, info: BatchInfo) -> StreamingProgress:
         """The :class:`StreamingProgress` of a completed batch."""

@@ -40,7 +40,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.observe.listener import ListenerBus
+from spark_receivers.driver.observe.listener import (
+    ListenerBus,
+    ReceiverReportedError,
+    ReceiverStarted,
+    ReceiverStopped,
+)
 from spark_receivers.driver.observe.status import ReceiverStatus
 from spark_receivers.driver.tracking.receiver_launcher import Launcher, ReceiverJobs
 from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
@@ -381,7 +386,7 @@ class ReceiverTracker:
         if rate is not None:
             # A relaunched receiver starts at the rate backpressure last published.
             self._outbox.send(msg_.endpoint, m.UpdateRateLimit(rate))
-        self._bus.post("on_receiver_started", started)
+        self._bus.post(ReceiverStarted(started))
         with self._lock:  # after the event: listeners see it before any batch it releases
             self._settle(msg_.stream_id)
         return True
@@ -396,8 +401,8 @@ class ReceiverTracker:
             self._changed.notify_all()
         log.log(logging.WARNING if error else logging.INFO, "receiver %d: %s", stream_id, text)
         if error:  # it stopped or restarts after a failure: as loud as a ReportError
-            self._bus.post("on_receiver_error", stopped)
-        self._bus.post("on_receiver_stopped", stopped)
+            self._bus.post(ReceiverReportedError(stopped))
+        self._bus.post(ReceiverStopped(stopped))
         if error:
             self._count_failure(stream_id, text, bad_record)
         return True
@@ -424,7 +429,7 @@ class ReceiverTracker:
         log.warning("receiver %d: %s", stream_id, message)
         if error:
             log.info("receiver %d error detail:\n%s", stream_id, error)
-        self._bus.post("on_receiver_error", info)
+        self._bus.post(ReceiverReportedError(info))
 
     def _settle(self, stream_id: int) -> None:
         """Under the lock: the receiver's start is settled; wake whoever waits for it."""
