@@ -303,7 +303,7 @@ def _open_gate_when_idle(
     would otherwise measure the start-up backlog draining, not the steady state. Returns the
     start-up timings for the step's ``extra``.
     """
-    from spark_receivers.driver.scheduling_policy import ReceiverState
+    from spark_receivers.driver.tracking.scheduling_policy import ReceiverState
 
     def registered() -> bool:
         return any(r.state == ReceiverState.ACTIVE.name for r in ssc.status().receivers)

@@ -7,9 +7,9 @@
 What runs, **through the real endpoint**: a **driver process** with the tracker's endpoint as
 the driver runs it, without Spark: a :class:`~spark_receivers.rpc.transport.FlightEndpoint`
 (Arrow Flight, every call authenticated, messages decoded against ``TRACKER_MESSAGES``) in
-front of the real :class:`~spark_receivers.driver.receiver_tracker.ReceiverTracker` core
+front of the real :class:`~spark_receivers.driver.tracking.receiver_tracker.ReceiverTracker` core
 (registration, block validation and bookkeeping) and a real
-:class:`~spark_receivers.driver.received_block_tracker.ReceivedBlockTracker`, with a
+:class:`~spark_receivers.driver.batches.received_block_tracker.ReceivedBlockTracker`, with a
 stand-in launcher that runs no jobs; a batch thread allocates the blocks to a batch every
 second and forgets old batches, as the JobGenerator does. **Client processes** each simulate
 a share of the supervisors: every supervisor has its own ``EndpointClient`` (its own gRPC
@@ -194,11 +194,11 @@ def summarize(
 
 
 def _driver_main(secret: str, n_streams: int, conn: Connection) -> None:
-    from spark_receivers.driver.listener import ListenerBus
-    from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-    from spark_receivers.driver.receiver_outbox import ReceiverOutbox
-    from spark_receivers.driver.receiver_tracker import ReceiverTracker
-    from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
+    from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+    from spark_receivers.driver.observe.listener import ListenerBus
+    from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
+    from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker
+    from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
     from spark_receivers.receiver.receiver import Receiver
     from spark_receivers.rpc import messages as m
     from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint

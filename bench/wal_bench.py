@@ -85,7 +85,7 @@ def bench_write(directory: str, size: int, seconds: float) -> dict[str, float]:
 def bench_add_block(directory: str, threads: int, seconds: float) -> dict[str, float]:
     """Concurrent ``add_block`` calls on a batched, fsync'd driver WAL."""
     from spark_receivers.config import StreamingConfig
-    from spark_receivers.driver.received_block_tracker import (
+    from spark_receivers.driver.batches.received_block_tracker import (
         ReceivedBlockTracker,
         create_driver_wal,
     )

@@ -34,8 +34,8 @@ API_MODULES = [
     "spark_receivers.receiver.threaded_receiver",
     "spark_receivers.receiver.schema",
     "spark_receivers.receiver.ddl",
-    "spark_receivers.driver.listener",
-    "spark_receivers.driver.status",
+    "spark_receivers.driver.observe.listener",
+    "spark_receivers.driver.observe.status",
     "spark_receivers.util.clock",
     "spark_receivers.util.extras",
 ]

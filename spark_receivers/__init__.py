@@ -6,7 +6,7 @@ task, and get every batch as a PySpark DataFrame.
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.context import ContextState, StreamingContext
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.observe.listener import (
     BatchInfo,
     BlockLostInfo,
     OutputOperationInfo,
@@ -15,9 +15,9 @@ from spark_receivers.driver.listener import (
     StreamingListener,
     StreamInputInfo,
 )
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
-from spark_receivers.driver.streaming_progress import (
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.streaming_progress import (
     OutputOperationProgress,
     SourceProgress,
     StreamingProgress,

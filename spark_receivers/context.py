@@ -1,7 +1,7 @@
 """``StreamingContext``: the public entry point on the driver.
 
 A thin facade: streams and their output operations live in a
-:class:`~spark_receivers.driver.stream_graph.StreamGraph`, and everything that
+:class:`~spark_receivers.driver.batches.stream_graph.StreamGraph`, and everything that
 runs (trackers, job generator, checkpoints, receivers' jobs) is owned by a
 :class:`~spark_receivers.driver.job_scheduler.JobScheduler` made at ``start()``.
 docs/architecture.md shows the rooms and the order they start and stop in.
@@ -17,19 +17,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig, spark_conf_of
-from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.driver.deployment import prepare
 from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.driver.job_scheduler import JobScheduler
-from spark_receivers.driver.listener import ListenerBus, StreamingListener
-from spark_receivers.driver.progress import ProgressRecorder
-from spark_receivers.driver.receiver_launcher import check_local_cores
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.listener import ListenerBus, StreamingListener
+from spark_receivers.driver.observe.progress import ProgressRecorder
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.status_api import StreamDescription
+from spark_receivers.driver.observe.streaming_progress import StreamingProgress, stream_uuid
 from spark_receivers.driver.shutdown_hook import SigtermHook
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
-from spark_receivers.driver.status_api import StreamDescription
-from spark_receivers.driver.stream_graph import StreamGraph
-from spark_receivers.driver.streaming_progress import StreamingProgress, stream_uuid
+from spark_receivers.driver.tracking.receiver_launcher import check_local_cores
 from spark_receivers.errors import (
     BadRecordError,
     ConfigError,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from pyspark.sql import SparkSession
 
-    from spark_receivers.driver.observability import Observability
+    from spark_receivers.driver.observe.observability import Observability
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class StreamingContext:
         self._bus.add(self._progress)
         # Imported here: executors import this package to unpickle receivers, and need
         # pyarrow and pandas only, never the driver's prometheus-client or aiohttp.
-        from spark_receivers.driver.observability import Observability
+        from spark_receivers.driver.observe.observability import Observability
 
         self._observability: Observability = Observability(
             self.config, self._bus, self._progress, self._spark_conf

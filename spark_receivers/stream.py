@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 BatchFunction = Callable[["DataFrame", int], None]
 
 
-class StreamGraph(Protocol):
-    """What a stream asks of its graph (``driver/stream_graph.StreamGraph``)."""
+class StreamGraphLike(Protocol):
+    """What a stream asks of its graph (``driver/batches/stream_graph.StreamGraph`` is the one)."""
 
     spark: SparkSession
 
@@ -49,7 +49,7 @@ class DataFrameStream:
 
     def __init__(
         self,
-        graph: StreamGraph,
+        graph: StreamGraphLike,
         parent: DataFrameStream | None = None,
         fn: Callable[[DataFrame], DataFrame] | None = None,
     ) -> None:
@@ -140,7 +140,7 @@ class UnionStream(DataFrameStream):
     computed on batch threads, once per batch.
     """
 
-    def __init__(self, graph: StreamGraph, streams: Sequence[DataFrameStream]) -> None:
+    def __init__(self, graph: StreamGraphLike, streams: Sequence[DataFrameStream]) -> None:
         super().__init__(graph)
         self.streams = tuple(streams)
 
@@ -180,7 +180,7 @@ def describe(stream: DataFrameStream) -> str:
 class ReceiverInputStream(DataFrameStream):
     """The stream of one receiver: each batch reads the blocks it received."""
 
-    def __init__(self, graph: StreamGraph, receiver: Receiver, stream_id: int) -> None:
+    def __init__(self, graph: StreamGraphLike, receiver: Receiver, stream_id: int) -> None:
         super().__init__(graph)
         self.receiver = receiver
         self.stream_id = stream_id
@@ -217,7 +217,7 @@ class StructuredReceiverStream:
     same offsets (see ``spark/stream_source.py``).
     """
 
-    def __init__(self, graph: StreamGraph, receiver: Receiver, stream_id: int) -> None:
+    def __init__(self, graph: StreamGraphLike, receiver: Receiver, stream_id: int) -> None:
         self._graph = graph
         self.receiver = receiver
         self.stream_id = stream_id

@@ -1,61 +1,85 @@
 """The package's shape: no import circles, rooms that import only the rooms below them.
 
-A room is a top-level module or sub-package of ``spark_receivers``. :data:`MAY_IMPORT`
-says which rooms each room may import; an arrow not in it fails the test, so a new
-dependency between rooms is a decision written here, not an accident. Module sizes are
+A room is a top-level module or sub-package of ``spark_receivers``; the driver's
+sub-packages are rooms of their own (``driver.tracking``, ``driver.batches``...), and
+``driver`` is what sits directly in ``driver/`` (the job scheduler that composes them).
+:data:`MAY_IMPORT` says which rooms each room may import; an arrow not in it fails the
+test, so a new dependency between rooms is a decision written here, not an accident.
+Between the driver's rooms arrows run one way only; executor code imports no driver
+code; ``driver/structured/`` is reached only through its entry points. Module sizes are
 reported (a warning above :data:`READABLE_LINES`), never a verdict: a module is split
-where two jobs meet, not to fit a number (issue 32).
+where two jobs meet, not to fit a number (issue 32; docs/decisions/0012).
 
-Imports are read from the source (``ast``), every ``import``/``from`` of a
-``spark_receivers`` module counts, also inside functions and under
-``TYPE_CHECKING``: a circle only typing sees is still two rooms that know
-each other.
+Imports are read from the source (``ast``, by ``scripts/import_graph.py``, which also
+draws docs/img/import-graph.svg): every ``import``/``from`` of a ``spark_receivers``
+module counts, also inside functions and under ``TYPE_CHECKING``: a circle only typing
+sees is still two rooms that know each other.
 """
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "spark_receivers"
+ROOT = Path(__file__).resolve().parent.parent
+_SPEC = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+assert _SPEC and _SPEC.loader
+import_graph = importlib.util.module_from_spec(_SPEC)
+sys.modules["import_graph"] = import_graph
+_SPEC.loader.exec_module(import_graph)
+
+cycles = import_graph.cycles
+graph = import_graph.graph
+modules = import_graph.modules
+room_arrows = import_graph.room_arrows
+room_of = import_graph.room_of
+
 READABLE_LINES = 450
+
+DRIVER_ROOMS = {
+    "driver",
+    "driver.tracking",
+    "driver.batches",
+    "driver.structured",
+    "driver.backpressure",
+    "driver.observe",
+}
+"""The driver and its sub-packages."""
+EXECUTOR_ROOMS = {"receiver", "receivers", "wal"}
+"""Code that runs in the receiver's task or the block keeper: it needs nothing of driver/."""
+STRUCTURED_ENTRY_POINTS = {"spark_receivers.driver.structured"}
+"""What the rest of the package may import of driver/structured/: its ``__init__``."""
+
+_LOW = {"config", "config_checks", "errors", "rpc", "util"}
 
 # Which rooms each room may import ("<root>" is the package's __init__, the public facade).
 # Executor code (receiver, receivers, wal) never reaches driver code; rpc and util sit low;
-# only the facade, the context and the command line may reach everything.
+# only the facade, the context and the command line may reach everything. Inside the
+# driver, one way down: driver (the scheduler) > tracking > batches > structured, and
+# every driver room > observe (events and snapshots: the driver's vocabulary).
 MAY_IMPORT: dict[str, set[str]] = {
-    "<root>": {"config", "context", "driver", "errors", "receiver", "receivers", "stream"},
+    "<root>": {"config", "context", "driver.observe", "errors", "receiver", "receivers", "stream"},
     "__main__": {"cli"},
-    "cli": {
-        "<root>",
-        "config",
-        "config_checks",
-        "context",
-        "driver",
-        "errors",
-        "receiver",
-        "receivers",
-        "rpc",
-        "util",
-    },
+    "cli": {"<root>", "context", "driver.observe", "driver.tracking", "receiver", "receivers"}
+    | {"spark"}
+    | _LOW,
     "config": {"config_checks", "config_deploy", "errors", "receiver", "rpc"},
     "config_checks": {"errors", "receiver", "util"},
     "config_deploy": set(),
-    "context": {"config", "driver", "errors", "receiver", "rpc", "stream", "util"},
-    "driver": {
-        "config",
-        "config_checks",
-        "errors",
-        "receiver",
-        "rpc",
-        "spark",
-        "stream",
-        "util",
-        "wal",
-    },
+    "context": {"driver", "driver.batches", "driver.observe", "driver.tracking"}
+    | {"receiver", "stream"}
+    | _LOW,
+    "driver": (DRIVER_ROOMS - {"driver"}) | {"spark", "wal"} | _LOW,
+    "driver.tracking": {"driver.batches", "driver.observe", "receiver", "spark"} | _LOW,
+    "driver.batches": {"driver.structured", "driver.observe"}
+    | {"receiver", "spark", "stream", "wal"}
+    | _LOW,
+    "driver.structured": {"errors", "rpc", "util"},
+    "driver.backpressure": {"driver.observe", "config", "errors"},
+    "driver.observe": {"receiver"} | _LOW,
     "errors": set(),
     "receiver": {"config", "config_checks", "errors", "rpc", "util", "wal"},
     "receivers": {"errors", "receiver", "spark", "util"},
@@ -66,72 +90,6 @@ MAY_IMPORT: dict[str, set[str]] = {
     "util": {"config", "errors"},
     "wal": {"errors", "util"},
 }
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-
-
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """The package modules ``path`` imports (a package import counts as its __init__)."""
-    found: set[str] = set()
-    tree = ast.parse(path.read_text(), str(path))
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            if name in known:
-                found.add(name)
-    return found
-
-
-def graph() -> dict[str, set[str]]:
-    mods = modules()
-    known = set(mods)
-    return {name: imports_of(path, known) - {name} for name, path in mods.items()}
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected group of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                out.append(sorted(group))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def without_package_inits(edges: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -161,30 +119,19 @@ def test_the_driver_never_imports_the_public_facade():
 
 
 def test_executor_code_does_not_import_the_driver():
-    """receiver/ and receivers/ run in the receiver's task: they need nothing of driver/."""
-    edges = graph()
+    """receiver/, receivers/ and wal/ run in the receiver's task or the block keeper.
+
+    They need nothing of driver/, not even for typing.
+    """
     offenders = {
-        m: sorted(x for x in i if x.startswith("spark_receivers.driver"))
-        for m, i in edges.items()
-        if m.startswith(("spark_receivers.receiver.", "spark_receivers.receivers."))
+        f"{m} -> {x}"
+        for m, imported in graph().items()
+        if room_of(m) in EXECUTOR_ROOMS
+        for x in imported
+        if room_of(x) in DRIVER_ROOMS
     }
-    assert {m: i for m, i in offenders.items() if i} == {}
-
-
-def room_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "<root>"
-
-
-def room_arrows(edges: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
-    """Every arrow between two rooms, with the module imports that draw it."""
-    arrows: dict[tuple[str, str], list[str]] = {}
-    for module, imported in edges.items():
-        for target in imported:
-            a, b = room_of(module), room_of(target)
-            if a != b:
-                arrows.setdefault((a, b), []).append(f"{module} -> {target}")
-    return arrows
+    assert offenders == set()
+    assert not any(MAY_IMPORT[room] & DRIVER_ROOMS for room in EXECUTOR_ROOMS)
 
 
 def test_every_room_imports_only_the_rooms_it_may():
@@ -199,10 +146,62 @@ def test_every_room_imports_only_the_rooms_it_may():
     assert forbidden == {}
 
 
+def test_the_driver_rooms_arrows_run_one_way():
+    """No two of the driver's rooms may import each other, not even through a third."""
+    allowed = {room: MAY_IMPORT[room] & DRIVER_ROOMS for room in DRIVER_ROOMS}
+    assert cycles(allowed) == []
+    drawn: dict[str, set[str]] = {room: set() for room in DRIVER_ROOMS}
+    for a, b in room_arrows(graph()):
+        if a in DRIVER_ROOMS and b in DRIVER_ROOMS:
+            drawn[a].add(b)
+    assert cycles(drawn) == []
+
+
 def test_the_layering_check_sees_a_forbidden_arrow():
-    edges = {"spark_receivers.receiver.block": {"spark_receivers.driver.job_generator"}}
-    assert ("receiver", "driver") in room_arrows(edges)
-    assert "driver" not in MAY_IMPORT["receiver"]
+    edges = {
+        "spark_receivers.receiver.block": {"spark_receivers.driver.batches.job_generator"},
+        "spark_receivers.driver.observe.status": {"spark_receivers.driver.tracking.x"},
+    }
+    arrows = room_arrows(edges)
+    assert ("receiver", "driver.batches") in arrows
+    assert "driver.batches" not in MAY_IMPORT["receiver"]
+    assert ("driver.observe", "driver.tracking") in arrows
+    assert "driver.tracking" not in MAY_IMPORT["driver.observe"]
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
+
+
+def around_the_entry_points(edges: dict[str, set[str]]) -> list[str]:
+    """Imports of a driver/structured/ module, from outside it, that are no entry point."""
+    return sorted(
+        f"{m} -> {x}"
+        for m, imported in edges.items()
+        if room_of(m) != "driver.structured"
+        for x in imported
+        if room_of(x) == "driver.structured" and x not in STRUCTURED_ENTRY_POINTS
+    )
+
+
+def test_structured_streaming_is_reached_only_through_its_entry_points():
+    assert around_the_entry_points(graph()) == []
+
+
+def test_the_entry_point_check_sees_a_module_reached_around_them():
+    edges = {
+        "spark_receivers.driver.batches.x": {"spark_receivers.driver.structured.block_log"},
+        "spark_receivers.driver.structured.block_log": {
+            "spark_receivers.driver.structured.offset_events"
+        },
+        "spark_receivers.driver.job_scheduler": {"spark_receivers.driver.structured"},
+    }
+    assert around_the_entry_points(edges) == [
+        "spark_receivers.driver.batches.x -> spark_receivers.driver.structured.block_log"
+    ]
+
+
+def test_the_picture_of_the_imports_is_the_one_the_code_draws():
+    """docs/img/import-graph.svg is drawn from the code: new rooms or arrows redraw it."""
+    committed = import_graph.OUTPUT.read_text() if import_graph.OUTPUT.exists() else ""
+    assert committed == import_graph.svg(), "run python scripts/import_graph.py"
 
 
 def test_module_sizes_are_reported():

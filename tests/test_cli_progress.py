@@ -18,10 +18,10 @@ from spark_receivers.cli.ingest import progress_mode
 from spark_receivers.cli.live_view import JsonProgress, LiveView, size, view_owns_the_terminal
 from spark_receivers.cli.sinks import parse_sink
 from spark_receivers.cli.spark_session import spark_settings, without_unavailable_status_page
-from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, StreamInputInfo
-from spark_receivers.driver.progress import ProgressRecorder
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.listener import BatchInfo, OutputOperationInfo, StreamInputInfo
+from spark_receivers.driver.observe.progress import ProgressRecorder
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
 from spark_receivers.errors import ConfigError
 
 T = 1_764_000_000_000

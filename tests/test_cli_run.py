@@ -13,8 +13,8 @@ from spark_receivers.cli.outcome import judge
 from spark_receivers.cli.progress import ProgressPrinter, one_line, reason_of
 from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.context import StreamingError
-from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, ReceiverInfo
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.listener import BatchInfo, OutputOperationInfo, ReceiverInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
 from spark_receivers.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from spark_receivers.cli.source_watch import SourceWatch, unreachable
-from spark_receivers.driver.status import ReceiverStatus
+from spark_receivers.driver.observe.status import ReceiverStatus
 
 SERVER = ("127.0.0.1", 6390)
 START_MS = 1_700_000_000_000

@@ -138,8 +138,8 @@ def test_every_file_and_test_a_doc_or_decision_cites_exists():
     assert missing == []
     everything = [what for doc in DOCS for _, what, _ in cited(doc)]
     assert (
-        "spark_receivers/driver/batch_reader.py" in everything
-        or "driver/batch_reader.py" in everything
+        "spark_receivers/driver/batches/batch_reader.py" in everything
+        or "driver/batches/batch_reader.py" in everything
     )
     assert any("::" in what for what in everything)
 

@@ -79,8 +79,8 @@ def test_build_makes_an_sdist_and_a_wheel_with_license_and_typing(dist):
     for dist_name in ("aiohttp", "prometheus-client", "rich"):  # the status page, the live view
         (line,) = [r for r in requires if r.startswith(dist_name)]
         assert "extra ==" not in line
-    assert "spark_receivers/driver/ui/status.html" in names  # the page ships in the wheel
-    assert "spark_receivers/driver/ui/status.js" in names
+    assert "spark_receivers/driver/observe/ui/status.html" in names  # the page ships in the wheel
+    assert "spark_receivers/driver/observe/ui/status.js" in names
     extras = {"http", "redis", "mqtt", "amqp", "nats", "websocket", "all", "dev"}
     assert extras <= set(meta.get_all("Provides-Extra"))
 

@@ -31,7 +31,7 @@ SOURCES_HELP = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
+class _ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``error: ... (see PROG --help)``, exit 2."""
 
     def error(self, message: str) -> NoReturn:
@@ -80,9 +80,9 @@ def _interval_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of both commands (no Spark)."""
-    parser = _Parser(prog="spark-receivers", description=DESCRIPTION)
+    parser = _ArgumentParser(prog="spark-receivers", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
     p = sub.add_parser("demo", help="streaming word count over a built-in local line source")
     p.add_argument(
         "--seconds", default="20s", metavar="DURATION", help="how long the source sends (20s)"

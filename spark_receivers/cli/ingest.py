@@ -42,7 +42,7 @@ from spark_receivers.cli.spark_session import (
     without_unavailable_status_page,
 )
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.receiver_launcher import check_local_cores
+from spark_receivers.driver.tracking.receiver_launcher import check_local_cores
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.rpc.hosts import local_host
 from spark_receivers.util.durations import parse_duration, parse_duration_ms
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_receivers.context import StreamingContext
-    from spark_receivers.driver.status import StreamingStatus
+    from spark_receivers.driver.observe.status import StreamingStatus
 
 __all__ = ["IngestPlan", "parse_interval_ms", "parse_seconds", "plan_ingest", "preflight", "run"]
 

@@ -40,11 +40,11 @@ from rich.table import Table
 from rich.text import Text
 
 from spark_receivers.cli.progress import ProgressPrinter, reason_of
-from spark_receivers.driver.listener import BatchInfo
+from spark_receivers.driver.observe.listener import BatchInfo
 
 if TYPE_CHECKING:
-    from spark_receivers.driver.status import StreamingStatus
-    from spark_receivers.driver.streaming_progress import StreamingProgress
+    from spark_receivers.driver.observe.status import StreamingStatus
+    from spark_receivers.driver.observe.streaming_progress import StreamingProgress
 
 __all__ = ["JsonProgress", "LiveView", "size", "view_owns_the_terminal"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_receivers.driver.status import StreamingStatus
+    from spark_receivers.driver.observe.status import StreamingStatus
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Outcome", "judge"]
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.observe.listener import (
     BatchInfo,
     BlockLostInfo,
     ReceiverInfo,
@@ -24,7 +24,7 @@ from spark_receivers.driver.listener import (
 )
 
 if TYPE_CHECKING:
-    from spark_receivers.driver.status import StreamingStatus
+    from spark_receivers.driver.observe.status import StreamingStatus
 
 __all__ = ["ProgressPrinter", "one_line", "reason_of"]
 

@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from spark_receivers.driver.status import ReceiverStatus
+from spark_receivers.driver.observe.status import ReceiverStatus
 
 __all__ = ["REACH_TIMEOUT_S", "SourceWatch", "unreachable"]
 

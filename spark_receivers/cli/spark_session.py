@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_receivers.errors import ConfigError
+from spark_receivers.spark.cluster import is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,7 +68,7 @@ def parse_conf(items: list[str]) -> dict[str, str]:
 
 def is_local(master: str) -> bool:
     """True for masters whose executors run on this machine (``local*``)."""
-    return master == "local" or master.startswith(("local[", "local-cluster["))
+    return is_local_master(master) or master.startswith("local-cluster[")
 
 
 def spark_defaults(environ: Mapping[str, str]) -> dict[str, str]:

@@ -26,7 +26,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import pickle
 import re
 import socket
 import tempfile
@@ -41,6 +40,7 @@ from spark_receivers.config_checks import parse_size
 from spark_receivers.errors import ConfigError
 from spark_receivers.rpc.hosts import EndpointNetwork, check_bindable, driver_network
 from spark_receivers.spark import executor_probe
+from spark_receivers.spark.cluster import is_local_master, located_rdd
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -84,11 +84,6 @@ def package_version() -> str:
     text = loader.get_data(origin).decode("utf-8", "replace")
     found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
     return found.group(1) if found else "unknown"
-
-
-def is_local_master(master: str) -> bool:
-    """``local``/``local[N]``: the Python workers are children of this driver's JVM."""
-    return master == "local" or master.startswith("local[")
 
 
 def derived_block_store_memory(conf: dict[str, str]) -> int:
@@ -190,7 +185,10 @@ def _check_driver_python(python: str) -> None:
 def _prepare_executors(
     sc: SparkContext, config: StreamingConfig, network: EndpointNetwork
 ) -> str | None:
-    from spark_receivers.driver.receiver_launcher import alive_executors, wait_for_executors
+    from spark_receivers.driver.tracking.receiver_launcher import (
+        alive_executors,
+        wait_for_executors,
+    )
 
     wait_for_executors(sc)
     executors = [loc for loc in alive_executors(sc) if loc.executor_id != "driver"]
@@ -231,7 +229,7 @@ def _probe(
         }
         accept = threading.Thread(target=_accept_all, args=(listener,), daemon=True)
         accept.start()
-        rdd = _located_rdd(sc, [[str(loc)] for loc in executors])
+        rdd = located_rdd(sc, [(i, [loc]) for i, loc in enumerate(executors)])
         func = functools.partial(executor_probe.probe, settings)
         try:
             reports = rdd.mapPartitions(func).collect()
@@ -277,32 +275,9 @@ def _accept_all(listener: socket.socket) -> None:
 
 
 def _first_line(error: BaseException) -> str:
-    from spark_receivers.driver.receiver_launcher import summarize_failure
+    from spark_receivers.driver.tracking.receiver_launcher import summarize_failure
 
     return summarize_failure(error)
-
-
-def _located_rdd(sc: SparkContext, locations: list[list[str]]) -> Any:
-    """An RDD of one partition per entry of ``locations``, each preferring those locations."""
-    from pyspark.rdd import RDD
-    from pyspark.serializers import CPickleSerializer
-
-    jvm = sc._jvm
-    assert jvm is not None
-
-    def scala_seq(items: list[Any]) -> Any:
-        java_list = jvm.java.util.ArrayList()
-        for item in items:
-            java_list.add(item)
-        return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toSeq()
-
-    class_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-    elements = [
-        jvm.scala.Tuple2(bytearray(pickle.dumps(i)), scala_seq(locs))
-        for i, locs in enumerate(locations)
-    ]
-    jrdd = sc._jsc.sc().makeRDD(scala_seq(elements), class_tag)  # type: ignore[union-attr]
-    return RDD(jrdd.toJavaRDD(), sc, CPickleSerializer())
 
 
 def _where(report: dict[str, Any]) -> str:

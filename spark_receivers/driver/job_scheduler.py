@@ -9,7 +9,7 @@ listener bus. ``StreamingContext`` is only its public face.
 reasons: start the block tracker (a recovering driver replays its WAL), the bus,
 the tracker endpoint (tracker core, launcher, outbox, block keepers' registry),
 rate controllers, the job generator; then keepers on every executor, the batch
-path's warm-up (``driver/batch_reader.py``: its one-time costs are paid before the
+path's warm-up (``driver/batches/batch_reader.py``: its one-time costs are paid before the
 first batch time), the receivers and the timer. **Recovering** from a checkpoint, the
 batches to redo and those of the down time are allocated first (from the WAL, before
 any receiver of this run can add a block), then the receivers are launched, and the
@@ -36,26 +36,31 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.batch_reader import WARM_UP_JOB_GROUP, BatchReader
-from spark_receivers.driver.block_keepers import (
+from spark_receivers.driver.backpressure.rate_controller import RateController, rate_controllers_for
+from spark_receivers.driver.batches.batch_reader import WARM_UP_JOB_GROUP, BatchReader
+from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.batches.job_generator import Blocks, JobGenerator, OutputOperation
+from spark_receivers.driver.batches.received_block_tracker import open_block_tracker
+from spark_receivers.driver.batches.stream_graph import StreamGraph
+from spark_receivers.driver.observe.listener import (
+    BlockLost,
+    BlockLostInfo,
+    ListenerBus,
+    StreamingStarted,
+)
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsTracker
+from spark_receivers.driver.observe.status import StreamingStatus
+from spark_receivers.driver.structured import OFFSET_MESSAGES, OffsetEndpoint, describe_streams
+from spark_receivers.driver.tracking.block_keepers import (
     KEEPER_TRACKER_MESSAGES,
     BlockKeepers,
     KeeperStarter,
     keeper_starter,
 )
-from spark_receivers.driver.block_log import OFFSET_MESSAGES, OffsetEndpoint, describe_streams
-from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
-from spark_receivers.driver.job_generator import Blocks, JobGenerator, OutputOperation
-from spark_receivers.driver.listener import BlockLostInfo, ListenerBus
-from spark_receivers.driver.rate_controller import RateController, rate_controllers_for
-from spark_receivers.driver.received_block_tracker import open_block_tracker
-from spark_receivers.driver.receiver_launcher import ReceiverLauncher, task_specs
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsTracker
-from spark_receivers.driver.receiver_outbox import ClientFactory, ReceiverOutbox
-from spark_receivers.driver.receiver_tracker import ReceiverTracker
-from spark_receivers.driver.restart_policy import RestartPolicy
-from spark_receivers.driver.status import StreamingStatus
-from spark_receivers.driver.stream_graph import StreamGraph
+from spark_receivers.driver.tracking.receiver_launcher import ReceiverLauncher, task_specs
+from spark_receivers.driver.tracking.receiver_outbox import ClientFactory, ReceiverOutbox
+from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker
+from spark_receivers.driver.tracking.restart_policy import RestartPolicy
 from spark_receivers.errors import RpcError, WriteAheadLogError
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.hosts import EndpointNetwork
@@ -238,7 +243,7 @@ class JobScheduler:
         if self._checkpoints is not None and self._recovery is None:
             self.write_checkpoint(-1, [])
         # First on the bus, before any receiver can register.
-        self._bus.post("on_streaming_started", self._clock.get_time_ms())
+        self._bus.post(StreamingStarted(self._clock.get_time_ms()))
         if graph.receivers:
             self.launcher.wait_for_executors()
             address = self._endpoint.address
@@ -356,9 +361,8 @@ class JobScheduler:
                 stream_id,
                 records,
             )
-            self._bus.post(
-                "on_block_lost", BlockLostInfo(batch_time_ms, stream_id, block_id, records, reason)
-            )
+            lost = BlockLostInfo(batch_time_ms, stream_id, block_id, records, reason)
+            self._bus.post(BlockLost(lost))
         log.error("batch %d failed; stopping the streaming context", batch_time_ms)
         self.fail(error)
 

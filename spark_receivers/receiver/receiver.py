@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ReceiverSupervisor(Protocol):
+class SupervisorLike(Protocol):
     """What a receiver asks of the supervisor running it (``receiver/supervisor.py``).
 
     Test harnesses implement it too, to run a receiver without Spark.
@@ -134,7 +134,7 @@ class Receiver:
     report_first: int = 10
     report_every: int = 1000
     _stream_id: int = -1
-    _supervisor: ReceiverSupervisor | None = None
+    _supervisor: SupervisorLike | None = None
     _dead_letters: DeadLetterWriter | None = None
 
     def __init__(
@@ -286,7 +286,7 @@ class Receiver:
         # With a multi-column schema a tuple is one record; with the default it is many.
         return len(self.schema) == 1
 
-    def _attached(self) -> ReceiverSupervisor:
+    def _attached(self) -> SupervisorLike:
         sup = self._supervisor
         if sup is None:
             msg = (
@@ -301,7 +301,7 @@ class Receiver:
         for requirement in self.requires:
             require(requirement, type(self).__name__)
 
-    def _attach(self, supervisor: ReceiverSupervisor, stream_id: int) -> None:
+    def _attach(self, supervisor: SupervisorLike, stream_id: int) -> None:
         self._supervisor = supervisor
         self._stream_id = stream_id
 

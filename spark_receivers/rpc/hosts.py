@@ -44,8 +44,10 @@ __all__ = [
     "FALLBACK_HOST",
     "WILDCARD_HOSTS",
     "EndpointNetwork",
+    "Jvm",
     "check_bindable",
     "driver_network",
+    "executor_jvm",
     "executor_network",
     "literal_address",
     "local_host",
@@ -178,13 +180,45 @@ def spark_executor_host(pid: int | None = None) -> str | None:
     pod_ip = os.environ.get("SPARK_EXECUTOR_POD_IP")
     if pod_ip:
         return pod_ip
+    jvm = executor_jvm(pid)
+    if jvm is None or "--executor-id" not in jvm.args:
+        return None
+    return jvm.flag("--hostname")
+
+
+@dataclass(frozen=True)
+class Jvm:
+    """A JVM process: its pid and command line."""
+
+    pid: int
+    args: tuple[str, ...]
+
+    def flag(self, name: str) -> str | None:
+        """The value after ``name`` on the command line (``--executor-id 3``), or None."""
+        if name not in self.args:
+            return None
+        at = self.args.index(name) + 1
+        return self.args[at] if at < len(self.args) else None
+
+
+def executor_jvm(pid: int | None = None) -> Jvm | None:
+    """The JVM this Python process serves, found by walking up ``/proc``; None if none.
+
+    A Python worker is a child of PySpark's daemon, a child of the executor's JVM (the
+    driver's JVM in local mode): the walk goes from ``pid`` (this process) up to the first
+    process named ``java`` or carrying ``--executor-id``, at most 8 steps. The one walk of
+    the package; the executor probe, shipped by value to executors that may lack the
+    package, keeps a marked copy (``spark/executor_probe.py``).
+    """
     pid = os.getpid() if pid is None else pid
-    for _ in range(6):
+    for _ in range(8):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            if "--hostname" in args and "--executor-id" in args:
-                return args[args.index("--hostname") + 1]
+                args = tuple(a.decode(errors="replace") for a in f.read().split(b"\0") if a)
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            if comm == "java" or "--executor-id" in args:
+                return Jvm(pid, args)
             with open(f"/proc/{pid}/stat") as f:
                 pid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):

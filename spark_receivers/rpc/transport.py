@@ -11,6 +11,7 @@ body, blocks are served by ``do_get``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ import pyarrow.flight as flight
 from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
 from spark_receivers.rpc import codec
 from spark_receivers.rpc.auth import AUTH_HEADER, TokenVerifier, sign
-from spark_receivers.rpc.hosts import WILDCARD_HOSTS, literal_address, local_host
+from spark_receivers.rpc.hosts import WILDCARD_HOSTS, literal_address
 from spark_receivers.rpc.tls import TlsConfig
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,15 @@ def _bind(
     span = "any port" if first == 0 else f"ports {first}-{last}"
     msg = f"{name} could not bind {host} on {span} (in use?): {error}"
     raise RpcError(msg) from error
+
+
+@contextlib.contextmanager
+def _failure_as_reply() -> Iterator[None]:
+    """Any failure of a block read or store is the client's error reply, not the server's."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - the client gets the error; the server goes on
+        raise flight.FlightServerError(str(e)) from None
 
 
 def host_port(host: str, port: int) -> str:
@@ -218,10 +228,8 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         if self._block_reader is None:
             msg = f"{self._name} serves no blocks"
             raise flight.FlightServerError(msg)
-        try:
+        with _failure_as_reply():
             table = self._block_reader(ticket.ticket)
-        except Exception as e:  # noqa: BLE001 - any read failure is the client's error reply
-            raise flight.FlightServerError(str(e)) from None
         return flight.RecordBatchStream(table)
 
     def do_put(
@@ -241,10 +249,8 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
             msg = f"{self._name}: a put descriptor of {len(command)} bytes is too large"
             raise flight.FlightServerError(msg)
         table = reader.read_all()
-        try:
+        with _failure_as_reply():
             self._block_writer(command, table)
-        except Exception as e:  # noqa: BLE001 - any store failure is the client's error reply
-            raise flight.FlightServerError(str(e)) from None
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The control messages this endpoint accepts (a cheap authenticated ping)."""
@@ -293,73 +299,57 @@ class EndpointClient:
             timeout=timeout_s or self._timeout_s, headers=[(AUTH_HEADER.encode(), token)]
         )
 
+    @contextlib.contextmanager
+    def _errors_as_ours(self, what: str) -> Iterator[None]:
+        """Flight's errors of one call as ours, the one mapping of every client call.
+
+        Refused credentials become an :class:`AuthenticationError`, any other failure an
+        :class:`RpcError` naming ``what``.
+        """
+        try:
+            yield
+        except flight.FlightUnauthenticatedError as e:
+            msg = f"{self.address} refused our credentials: {e}"
+            raise AuthenticationError(msg) from e
+        except (flight.FlightError, OSError) as e:
+            msg = f"{what} failed: {e}"
+            raise RpcError(msg) from e
+
     def call(self, message: Any, timeout_s: float | None = None) -> Any:
         """Send a control message and return its decoded JSON reply."""
         kind, body = type(message).__name__, codec.encode(message)
         action = flight.Action(kind, body)
         options = self._options("DoAction", kind, body, timeout_s)
-        try:
+        with self._errors_as_ours(f"{kind} to {self.address}"):
             results = list(self._client.do_action(action, options=options))
-        except flight.FlightUnauthenticatedError as e:
-            msg = f"{self.address} refused our credentials: {e}"
-            raise AuthenticationError(msg) from e
-        except (flight.FlightError, OSError) as e:
-            msg = f"{kind} to {self.address} failed: {e}"
-            raise RpcError(msg) from e
         return codec.json_unreply(results[0].body.to_pybytes()) if results else None
 
     def ping(self, timeout_s: float | None = None) -> int:
         """An authenticated ``ListActions`` call; return how many actions the endpoint lists."""
-        try:
+        with self._errors_as_ours(f"reaching {self.address}"):
             actions = self._client.list_actions(
                 options=self._options("ListActions", "", b"", timeout_s)
             )
-        except flight.FlightUnauthenticatedError as e:
-            msg = f"{self.address} refused our credentials: {e}"
-            raise AuthenticationError(msg) from e
-        except (flight.FlightError, OSError) as e:
-            msg = f"reaching {self.address} failed: {e}"
-            raise RpcError(msg) from e
         return len(actions)
 
     def read_table(self, ticket: bytes, timeout_s: float | None = None) -> pa.Table:
         """Read a whole stream served by ``do_get``."""
-        try:
+        with self._errors_as_ours(f"reading {ticket[:100]!r} from {self.address}"):
             options = self._options("DoGet", "", ticket, timeout_s)
             reader = self._client.do_get(flight.Ticket(ticket), options=options)
             return reader.read_all()
-        except flight.FlightUnauthenticatedError as e:
-            msg = f"{self.address} refused our credentials: {e}"
-            raise AuthenticationError(msg) from e
-        except (flight.FlightError, OSError) as e:
-            msg = f"reading {ticket[:100]!r} from {self.address} failed: {e}"
-            raise RpcError(msg) from e
 
     def put_table(self, command: bytes, table: pa.Table, timeout_s: float | None = None) -> None:
         """Send ``table`` with ``do_put``; return once the server took it, else raise."""
         descriptor = flight.FlightDescriptor.for_command(command)
-        try:
+        with self._errors_as_ours(f"putting {command[:100]!r} to {self.address}"):
             options = self._options("DoPut", "", command, timeout_s)
             writer, _ = self._client.do_put(descriptor, table.schema, options)
             try:
                 writer.write_table(table)
             finally:
                 writer.close()
-        except flight.FlightUnauthenticatedError as e:
-            msg = f"{self.address} refused our credentials: {e}"
-            raise AuthenticationError(msg) from e
-        except (flight.FlightError, OSError) as e:
-            msg = f"putting {command[:100]!r} to {self.address} failed: {e}"
-            raise RpcError(msg) from e
 
     def close(self) -> None:
         """Close the channel."""
         self._client.close()
-
-
-def local_bind_host(spark_conf: dict[str, str] | None = None) -> str:
-    """The host our servers bind to and advertise: :func:`spark_receivers.rpc.hosts.local_host`.
-
-    Kept for callers not moved yet; new code calls :func:`~spark_receivers.rpc.hosts.local_host`.
-    """
-    return local_host(spark_conf)

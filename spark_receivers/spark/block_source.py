@@ -25,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.tls import TlsConfig
+from spark_receivers.spark.cluster import is_local_master
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -184,8 +185,7 @@ def default_read_partitions(sc: SparkContext, receivers: int, configured: int = 
     if configured:
         return configured
     free = sc.defaultParallelism - receivers
-    master = sc.master or ""
-    if master.startswith("local[") or master == "local":
+    if is_local_master(sc.master or ""):
         free = min(free, os.cpu_count() or 1)
     return max(1, free)
 

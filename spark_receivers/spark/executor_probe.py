@@ -45,6 +45,8 @@ def probe(settings: dict[str, Any], _rows: Iterator[Any]) -> Iterator[dict[str, 
     import sys
 
     def executor_identity() -> tuple[str, str | None]:
+        # A copy of spark_receivers.rpc.hosts.executor_jvm's /proc walk, kept because this
+        # function is shipped by value to executors that may not have the package.
         pid = os.getpid()
         for _ in range(6):
             try:

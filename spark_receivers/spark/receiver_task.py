@@ -11,6 +11,7 @@ from typing import Any
 from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc.hosts import (
+    executor_jvm,
     executor_network,
     literal_address,
     local_host,
@@ -54,20 +55,8 @@ def executor_id() -> str:
     found = os.environ.get("SPARK_EXECUTOR_ID")
     if found:
         return found
-    pid = os.getpid()
-    for _ in range(6):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            if "--executor-id" in args:
-                return args[args.index("--executor-id") + 1]
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        if pid <= 1:
-            break
-    return "driver"
+    jvm = executor_jvm()
+    return (jvm.flag("--executor-id") if jvm else None) or "driver"
 
 
 def make_task_function(spec: ReceiverTaskSpec) -> Callable[[Iterator[Any]], Iterator[str]]:

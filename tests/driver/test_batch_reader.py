@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from spark_receivers.driver.batch_reader import BatchReader
+from spark_receivers.driver.batches.batch_reader import BatchReader
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret

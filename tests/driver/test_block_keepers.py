@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from spark_receivers.driver.block_keepers import BlockKeepers, KeeperStarter
-from spark_receivers.driver.listener import ListenerBus, StreamingListener
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_tracker import ReceiverTracker
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import ListenerBus, StreamingListener
+from spark_receivers.driver.tracking.block_keepers import BlockKeepers, KeeperStarter
+from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker
+from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import RpcError
 from spark_receivers.rpc import messages as m
 from spark_receivers.util.clock import ManualClock

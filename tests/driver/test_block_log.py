@@ -7,13 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_received_block_tracker import FlakyLog, block, logged_events, segments, wal_config
 
-from spark_receivers.driver.block_events import (
-    OffsetCommitEvent,
-    OffsetRangeEvent,
-    decode_event,
-    encode_event,
+from spark_receivers.driver.batches.block_events import decode_event, encode_event
+from spark_receivers.driver.batches.received_block_tracker import (
+    ReceivedBlockTracker,
+    create_driver_wal,
 )
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker, create_driver_wal
+from spark_receivers.driver.structured import OffsetCommitEvent, OffsetRangeEvent
 from spark_receivers.errors import OffsetError
 from spark_receivers.util.clock import ManualClock
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.fs as pafs
 import pytest
 
-from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.errors import CheckpointError
 from spark_receivers.wal.layout import CheckpointLayout
 

@@ -7,10 +7,13 @@ import threading
 import pytest
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.checkpoint import Checkpoint
-from spark_receivers.driver.job_generator import JobGenerator, OutputOperation
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker, create_driver_wal
+from spark_receivers.driver.batches.checkpoint import Checkpoint
+from spark_receivers.driver.batches.job_generator import JobGenerator, OutputOperation
+from spark_receivers.driver.batches.received_block_tracker import (
+    ReceivedBlockTracker,
+    create_driver_wal,
+)
+from spark_receivers.driver.observe.listener import ListenerBus
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.util.clock import ManualClock
 

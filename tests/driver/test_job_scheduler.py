@@ -14,13 +14,17 @@ from types import SimpleNamespace
 import pytest
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.checkpoint import Checkpoint
-from spark_receivers.driver.job_generator import JobGenerator
+from spark_receivers.driver.batches.checkpoint import Checkpoint
+from spark_receivers.driver.batches.job_generator import JobGenerator
+from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.driver.job_scheduler import JobScheduler
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.receiver_launcher import ReceiverLauncher
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
-from spark_receivers.driver.stream_graph import StreamGraph
+from spark_receivers.driver.observe.listener import (
+    ListenerBus,
+    StreamingListenerEvent,
+    StreamingStarted,
+)
+from spark_receivers.driver.tracking.receiver_launcher import ReceiverLauncher
+from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ReceiverError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -137,10 +141,10 @@ class RecordingBus(ListenerBus):
         super().__init__()
         self._rec = rec
 
-    def post(self, method: str, payload: object) -> None:
-        if method == "on_streaming_started":
+    def post(self, event: StreamingListenerEvent) -> None:
+        if isinstance(event, StreamingStarted):
             self._rec.add("post on_streaming_started")
-        super().post(method, payload)
+        super().post(event)
 
 
 class PlayedReceivers:
@@ -457,7 +461,7 @@ def test_a_dying_launcher_fails_the_context(world):
 
 
 def test_a_failed_batch_reports_the_blocks_it_lost_then_fails_the_context(world):
-    from spark_receivers.driver.listener import StreamingListener
+    from spark_receivers.driver.observe.listener import StreamingListener
 
     lost = []
 

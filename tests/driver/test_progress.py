@@ -7,21 +7,22 @@ import threading
 import time
 
 from spark_receivers import StreamingListener, StreamingProgress
-from spark_receivers.driver.job_generator import describe_batch, stream_input_info
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.batches.job_generator import describe_batch, stream_input_info
+from spark_receivers.driver.observe.listener import (
     MAX_METADATA_PER_STREAM,
+    BatchCompleted,
     BatchInfo,
     ListenerBus,
     OutputOperationInfo,
 )
-from spark_receivers.driver.progress import ProgressRecorder
-from spark_receivers.driver.receiver_launcher import describe_receiver_job
-from spark_receivers.driver.scheduling_policy import (
+from spark_receivers.driver.observe.progress import ProgressRecorder
+from spark_receivers.driver.observe.streaming_progress import iso_time, stream_uuid
+from spark_receivers.driver.tracking.receiver_launcher import describe_receiver_job
+from spark_receivers.driver.tracking.scheduling_policy import (
     ExecutorCacheTaskLocation,
     HostTaskLocation,
     ReceiverState,
 )
-from spark_receivers.driver.streaming_progress import iso_time, stream_uuid
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 
 T = 1_764_000_000_000  # a batch time on a 2 s grid
@@ -90,7 +91,7 @@ def test_batch_progress_reaches_listeners_right_after_batch_completed():
     bus.add(Listener())
     bus.start()
     try:
-        bus.post("on_batch_completed", info())
+        bus.post(BatchCompleted(info()))
         assert got.wait(10)
     finally:
         bus.stop()

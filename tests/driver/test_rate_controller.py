@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from spark_receivers.driver.listener import BatchInfo
-from spark_receivers.driver.rate_controller import RateController
-from spark_receivers.driver.rate_estimator import PIDRateEstimator, RateEstimator
+from spark_receivers.driver.backpressure.rate_controller import RateController
+from spark_receivers.driver.backpressure.rate_estimator import PIDRateEstimator, RateEstimator
+from spark_receivers.driver.observe.listener import BatchInfo
 
 
 class Recording(RateEstimator):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_receivers.driver.rate_estimator import (
+from spark_receivers.driver.backpressure.rate_estimator import (
     ESTIMATOR_KEY,
     PIDRateEstimator,
     RateEstimator,

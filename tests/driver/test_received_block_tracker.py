@@ -8,14 +8,14 @@ import threading
 import pytest
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.block_events import (
+from spark_receivers.driver.batches.block_events import (
     BatchAllocationEvent,
     BatchCleanupEvent,
     BlockAdditionEvent,
     decode_event,
     encode_event,
 )
-from spark_receivers.driver.received_block_tracker import (
+from spark_receivers.driver.batches.received_block_tracker import (
     ReceivedBlockTracker,
     create_driver_wal,
 )

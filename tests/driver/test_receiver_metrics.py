@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from spark_receivers.driver.receiver_metrics import MAX_SESSIONS, ReceiverMetricsTracker
+from spark_receivers.driver.observe.receiver_metrics import MAX_SESSIONS, ReceiverMetricsTracker
 from spark_receivers.errors import AuthenticationError, RpcError
 from spark_receivers.rpc import codec
 from spark_receivers.rpc import messages as m

@@ -6,12 +6,14 @@ import threading
 
 import pytest
 
-from spark_receivers.driver import tracker_commands as cmd
-from spark_receivers.driver.listener import ListenerBus, ReceiverInfo, StreamingListener
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_outbox import ReceiverOutbox
-from spark_receivers.driver.receiver_tracker import ReceiverTracker, TrackerState
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, ReceiverState
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import ListenerBus, ReceiverInfo, StreamingListener
+from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
+from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker, TrackerState
+from spark_receivers.driver.tracking.scheduling_policy import (
+    ExecutorCacheTaskLocation,
+    ReceiverState,
+)
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -303,12 +305,12 @@ def test_commands_go_to_the_outbox_not_the_network(parts):
     tracker.start()
     for sid in (0, 1):
         assert register(tracker, sid, tracker.tracking_infos()[sid].scheduled_locations[0])
-    tracker.run(cmd.UpdateReceiverRateLimit(1, 500.0))
-    tracker.run(cmd.CleanupOldBlocks(1234))
+    tracker.update_rate_limit(1, 500.0)
+    tracker.cleanup_old_blocks(1234)
     b0 = m.ReceivedBlockInfo(0, "input-0-1-0", 1, 0, "a:1")
     b1 = m.ReceivedBlockInfo(0, "input-0-1-1", 1, 0, "a:1")
     b2 = m.ReceivedBlockInfo(1, "input-1-1-0", 1, 0, "b:2")
-    tracker.run(cmd.RemoveBlocks((b0, b1, b2)))
+    tracker.remove_blocks((b0, b1, b2))
     endpoint = tracker.receiver_statuses()[1].endpoint
     assert outbox.of(m.UpdateRateLimit) == [(endpoint, m.UpdateRateLimit(500.0))]
     assert sorted(e for e, _ in outbox.of(m.CleanupOldBlocks)) == sorted(
@@ -319,7 +321,7 @@ def test_commands_go_to_the_outbox_not_the_network(parts):
         ("b:2", m.RemoveBlocks(("input-1-1-0",))),
     ]
     assert tracker.receiver_statuses()[1].rate_limit == 500.0
-    assert tracker.run(cmd.AllReceiverIds()) == [0, 1]
+    assert set(tracker.receiver_states().values()) == {ReceiverState.ACTIVE}
 
 
 def test_stop_tells_receivers_refuses_newcomers_and_releases_every_endpoint(parts):

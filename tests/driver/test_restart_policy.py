@@ -10,11 +10,11 @@ import pytest
 from test_receiver_tracker import Events, FakeLauncher, RecordingOutbox, receivers, register
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_launcher import summarize_failure
-from spark_receivers.driver.receiver_tracker import ReceiverTracker
-from spark_receivers.driver.restart_policy import RestartCounter, RestartPolicy
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import ListenerBus
+from spark_receivers.driver.tracking.receiver_launcher import summarize_failure
+from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker
+from spark_receivers.driver.tracking.restart_policy import RestartCounter, RestartPolicy
 from spark_receivers.errors import BadRecordError, ConfigError, ReceiverError
 from spark_receivers.rpc import messages as m
 from spark_receivers.util.clock import ManualClock

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_receivers.driver.scheduling_policy import (
+from spark_receivers.driver.tracking.scheduling_policy import (
     ExecutorCacheTaskLocation,
     HostTaskLocation,
     ReceiverSchedulingPolicy,

@@ -12,13 +12,13 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spark_receivers.driver.listener import BatchInfo, OutputOperationInfo, StreamInputInfo
-from spark_receivers.driver.progress import ProgressRecorder
-from spark_receivers.driver.prometheus import BatchMetrics, ReceiverCollector, new_registry
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
-from spark_receivers.driver.status_api import StatusApi, StreamDescription
-from spark_receivers.driver.ui_server import StatusServer
+from spark_receivers.driver.observe.listener import BatchInfo, OutputOperationInfo, StreamInputInfo
+from spark_receivers.driver.observe.progress import ProgressRecorder
+from spark_receivers.driver.observe.prometheus import BatchMetrics, ReceiverCollector, new_registry
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.status_api import StatusApi, StreamDescription
+from spark_receivers.driver.observe.ui_server import StatusServer
 from spark_receivers.errors import ConfigError
 
 SECRET = "s3cret-of-the-app"

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from spark_receivers import ConfigError, Receiver, StateError, UnionStream
-from spark_receivers.driver.stream_graph import StreamGraph
+from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 
 

@@ -28,7 +28,7 @@ from processes import executor_pids, holds_within
 from pyspark.sql import SparkSession
 
 from spark_receivers import StreamingConfig, StreamingContext, StreamingListener
-from spark_receivers.driver.scheduling_policy import ReceiverState
+from spark_receivers.driver.tracking.scheduling_policy import ReceiverState
 from spark_receivers.testing import CountingReceiver
 
 

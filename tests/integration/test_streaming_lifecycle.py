@@ -10,7 +10,7 @@ import pytest
 from pyspark import cloudpickle
 
 from spark_receivers import StreamingConfig, StreamingContext, StreamingError, StreamingListener
-from spark_receivers.driver.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore
 from spark_receivers.errors import CheckpointError, ConfigError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.testing import CountingReceiver

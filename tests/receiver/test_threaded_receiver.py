@@ -25,7 +25,7 @@ from harness import HarnessSupervisor
 
 from spark_receivers import ThreadedReceiver
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.restart_policy import RestartPolicy
+from spark_receivers.driver.tracking.restart_policy import RestartPolicy
 from spark_receivers.errors import ConfigError, ReceiverError
 
 LOGGER = "spark_receivers.receiver.threaded_receiver"

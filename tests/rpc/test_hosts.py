@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +15,6 @@ from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import ConfigError
 from spark_receivers.rpc import hosts
 from spark_receivers.rpc.hosts import local_host
-from spark_receivers.rpc.transport import local_bind_host
 from spark_receivers.spark.receiver_task import executor_host
 
 DRIVER_CONF = {"spark.driver.bindAddress": "10.0.0.1", "spark.driver.host": "10.0.0.2"}
@@ -56,9 +60,9 @@ def test_the_driver_and_executor_entry_points_agree(monkeypatch, resolves_to):
     resolves_to("10.9.9.9")
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     assert executor_host() == local_host() == "10.9.9.9"
-    assert local_bind_host(DRIVER_CONF) == "10.0.0.1"
+    assert local_host(DRIVER_CONF) == "10.0.0.1"
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    assert executor_host() == local_bind_host(DRIVER_CONF) == "127.0.0.1"
+    assert executor_host() == local_host(DRIVER_CONF) == "127.0.0.1"
 
 
 # --- the network keys: bind vs advertised host, port ranges -------------------------------
@@ -181,8 +185,42 @@ def test_local_host_never_answers_a_name(names, resolves_to):
 
 
 def test_the_status_page_binds_one_literal_address(names):
-    from spark_receivers.driver.observability import ui_bind_host
+    from spark_receivers.driver.observe.observability import ui_bind_host
 
     assert ui_bind_host(StreamingConfig(ui_host="localhost"), environ={}) == "127.0.0.1"
     assert ui_bind_host(StreamingConfig(), environ={"SPARK_LOCAL_IP": "localhost"}) == ("127.0.0.1")
     assert ui_bind_host(StreamingConfig(), environ={}) == "0.0.0.0"
+
+
+def test_the_executor_jvm_is_found_up_the_process_tree(tmp_path):
+    """A real tree: a process named ``java`` with an executor's flags, a child between, and
+    the Python worker that asks. Every caller (executor id, executor host) reads this walk."""
+    java = tmp_path / "java"
+    java.symlink_to(Path(sys.executable).resolve())  # exec'd as "java": its comm is java
+    worker = (
+        "import json; from spark_receivers.rpc import hosts; "
+        "from spark_receivers.spark.receiver_task import executor_id; "
+        "jvm = hosts.executor_jvm(); "
+        "print(json.dumps([jvm and jvm.pid, executor_id(), hosts.spark_executor_host()]))"
+    )
+    python = sys.executable  # the venv's: "java" itself is the bare interpreter
+    daemon = f"import subprocess; subprocess.run([{python!r}, '-c', {worker!r}])"
+    jvm = (
+        "import os, subprocess; print(os.getpid(), flush=True); "
+        f"subprocess.run([{python!r}, '-c', {daemon!r}])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_EXECUTOR")}
+    out = subprocess.run(
+        [str(java), "-c", jvm, "--executor-id", "7", "--hostname", "10.1.2.3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    ).stdout.split("\n")
+    assert json.loads(out[1]) == [int(out[0]), "7", "10.1.2.3"]
+
+
+def test_no_jvm_above_is_none_and_the_driver():
+    assert hosts.executor_jvm() is None  # pytest's ancestors: no JVM
+    assert hosts.Jvm(1, ("java", "--executor-id")).flag("--executor-id") is None

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from spark_receivers.driver.checkpoint import CheckpointStore
+from spark_receivers.driver.batches.checkpoint import CheckpointStore
 from spark_receivers.errors import CheckpointError, WriteAheadLogError
 from spark_receivers.wal import FileBasedWriteAheadLog, RecordHandle
 from spark_receivers.wal.block_records import decode_block, encode_block, read_block_from_wal

@@ -1,7 +1,10 @@
 """Streaming listener events and the bus that delivers them.
 
-Every callback runs on the bus's one thread, in the order events were posted;
-a callback may block briefly (it delays the callbacks after it, not the stream).
+Each event is a frozen dataclass of one closed union, :data:`StreamingListenerEvent`;
+the bus calls each listener's method for it, chosen by the event's type (:func:`deliver`,
+Spark's ``StreamingListenerBus``). Every callback runs on the bus's one thread, in the
+order events were posted; a callback may block briefly (it delays the callbacks after
+it, not the stream).
 A listener that raises is logged and does not stop the stream.
 """
 
@@ -10,11 +13,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_receivers.driver.streaming_progress import StreamingProgress
+    from spark_receivers.driver.observe.streaming_progress import StreamingProgress
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +201,153 @@ class StreamingListener:
         """
 
 
+# --- the events: one frozen dataclass each, one closed union, dispatched by type -----------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingStarted:
+    """The context started: :meth:`StreamingListener.on_streaming_started`."""
+
+    time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverStarted:
+    """A receiver registered and started: ``on_receiver_started``."""
+
+    info: ReceiverInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverReportedError:
+    """A receiver reported an error: ``on_receiver_error``."""
+
+    info: ReceiverInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverStopped:
+    """A receiver deregistered: ``on_receiver_stopped``."""
+
+    info: ReceiverInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSubmitted:
+    """A batch was allocated and queued: ``on_batch_submitted``."""
+
+    info: BatchInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStarted:
+    """A batch started processing: ``on_batch_started``."""
+
+    info: BatchInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCompleted:
+    """A batch finished: ``on_batch_completed``."""
+
+    info: BatchInfo
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOperationStarted:
+    """An output operation of a batch started: ``on_output_operation_started``."""
+
+    info: OutputOperationInfo
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOperationCompleted:
+    """An output operation ended: ``on_output_operation_completed``."""
+
+    info: OutputOperationInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BlockLost:
+    """A batch could not read a block: ``on_block_lost``."""
+
+    info: BlockLostInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationChanged:
+    """A receiver's blocks lost, or got back, copies: ``on_replication_changed``."""
+
+    info: ReplicationInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """A batch's progress, right after its completion: ``on_batch_progress``."""
+
+    progress: StreamingProgress
+
+
+StreamingListenerEvent = (
+    StreamingStarted
+    | ReceiverStarted
+    | ReceiverReportedError
+    | ReceiverStopped
+    | BatchSubmitted
+    | BatchStarted
+    | BatchCompleted
+    | OutputOperationStarted
+    | OutputOperationCompleted
+    | BlockLost
+    | ReplicationChanged
+    | BatchProgress
+)
+"""Every event the bus delivers (Spark's ``StreamingListenerEvent``): a closed union."""
+
+EVENT_TYPES: tuple[type, ...] = typing.get_args(StreamingListenerEvent)
+
+
+def deliver(listener: StreamingListener, event: StreamingListenerEvent) -> None:
+    """Call the listener's method for ``event``, chosen by the event's type.
+
+    Spark's ``StreamingListenerBus.doPostEvent``; mypy checks that every event type has
+    its case.
+    """
+    match event:
+        case StreamingStarted(time_ms=time_ms):
+            listener.on_streaming_started(time_ms)
+        case ReceiverStarted(info=receiver):
+            listener.on_receiver_started(receiver)
+        case ReceiverReportedError(info=receiver):
+            listener.on_receiver_error(receiver)
+        case ReceiverStopped(info=receiver):
+            listener.on_receiver_stopped(receiver)
+        case BatchSubmitted(info=batch):
+            listener.on_batch_submitted(batch)
+        case BatchStarted(info=batch):
+            listener.on_batch_started(batch)
+        case BatchCompleted(info=batch):
+            listener.on_batch_completed(batch)
+        case OutputOperationStarted(info=operation):
+            listener.on_output_operation_started(operation)
+        case OutputOperationCompleted(info=operation):
+            listener.on_output_operation_completed(operation)
+        case BlockLost(info=lost):
+            listener.on_block_lost(lost)
+        case ReplicationChanged(info=replication):
+            listener.on_replication_changed(replication)
+        case BatchProgress(progress=progress):
+            listener.on_batch_progress(progress)
+        case _:
+            typing.assert_never(event)
+
+
 class ListenerBus:
     """Delivers events to listeners on one thread, in order."""
 
     def __init__(self) -> None:
         self._listeners: list[StreamingListener] = []
-        self._queue: queue.Queue[tuple[str, object] | None] = queue.Queue()
+        self._queue: queue.Queue[StreamingListenerEvent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -224,9 +369,15 @@ class ListenerBus:
             )
             self._thread.start()
 
-    def post(self, method: str, payload: object) -> None:
-        """Queue ``listener.<method>(payload)`` for every listener."""
-        self._queue.put((method, payload))
+    def post(self, event: StreamingListenerEvent) -> None:
+        """Queue ``event`` for every listener; each gets the call its type names."""
+        if not isinstance(event, EVENT_TYPES):
+            msg = (
+                "the listener bus takes a StreamingListenerEvent (StreamingStarted, "
+                f"BatchCompleted, ... of driver/observe/listener.py), not {event!r:.80}"
+            )
+            raise TypeError(msg)
+        self._queue.put(event)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Deliver what is queued, then stop the thread."""
@@ -240,9 +391,10 @@ class ListenerBus:
             item = self._queue.get()
             if item is None:
                 return
-            method, payload = item
             for listener in self._listeners:
                 try:
-                    getattr(listener, method)(payload)
+                    deliver(listener, item)
                 except Exception:
-                    log.exception("streaming listener %r raised in %s", listener, method)
+                    log.exception(
+                        "streaming listener %r raised on %s", listener, type(item).__name__
+                    )

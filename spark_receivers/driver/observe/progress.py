@@ -1,7 +1,7 @@
 """The progress of recent batches: ``ssc.last_progress`` and the ``on_batch_progress`` event.
 
 :class:`ProgressRecorder` listens on the context's bus: every completed batch
-becomes a :class:`~spark_receivers.driver.streaming_progress.StreamingProgress`
+becomes a :class:`~spark_receivers.driver.observe.streaming_progress.StreamingProgress`
 (Structured Streaming's shape), kept among the last ``keep`` (the status page's
 ``spark.streaming.ui.retainedBatches``), and is posted back to the bus as
 ``on_batch_progress`` so that every listener sees it right after
@@ -10,18 +10,19 @@ becomes a :class:`~spark_receivers.driver.streaming_progress.StreamingProgress`
 
 from __future__ import annotations
 
+import enum
 import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.observe.listener import (
     BatchInfo,
+    BatchProgress,
     ListenerBus,
     StreamingListener,
 )
-from spark_receivers.driver.scheduling_policy import ReceiverState
-from spark_receivers.driver.streaming_progress import (
+from spark_receivers.driver.observe.streaming_progress import (
     OutputOperationProgress,
     SourceProgress,
     StreamingProgress,
@@ -44,7 +45,7 @@ class ProgressRecorder(StreamingListener):
     def __init__(
         self,
         batch_interval_ms: int,
-        receiver_states: Callable[[], Mapping[int, ReceiverState]],
+        receiver_states: Callable[[], Mapping[int, enum.Enum]],
         bus: ListenerBus | None = None,
         keep: int = 1000,
         describe: Callable[[int], str] | None = None,
@@ -92,7 +93,7 @@ class ProgressRecorder(StreamingListener):
             self._progress.append(progress)
             self._batches += 1
         if self._bus is not None:
-            self._bus.post("on_batch_progress", progress)
+            self._bus.post(BatchProgress(progress))
 
     def progress_of(self, info: BatchInfo) -> StreamingProgress:
         """The :class:`StreamingProgress` of a completed batch."""

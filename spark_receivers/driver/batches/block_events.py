@@ -1,4 +1,9 @@
-"""The events the driver's block tracker writes to its WAL before changing memory."""
+"""The events the driver's block tracker writes to its WAL before changing memory.
+
+One WAL orders every block event, so one codec writes them all; the two events of the
+Structured Streaming block logs are defined with them, in
+``driver/structured/offset_events.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from spark_receivers.driver.structured import OffsetCommitEvent, OffsetRangeEvent
 from spark_receivers.errors import CorruptRecordError
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 
@@ -32,29 +38,6 @@ class BatchCleanupEvent:
     batch_times_ms: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class OffsetRangeEvent:
-    """Blocks of a Structured Streaming stream were appended to its block log at ``start``.
-
-    ``start`` is the log position (records) of the first block; ``written_ms`` the
-    driver's clock when the event was written (it bounds how far the WAL may be cleaned).
-    """
-
-    stream_id: int
-    start: int
-    blocks: tuple[ReceivedBlockInfo, ...]
-    written_ms: int
-
-
-@dataclass(frozen=True)
-class OffsetCommitEvent:
-    """A Structured Streaming query committed ``stream_id``'s block log up to ``end``."""
-
-    stream_id: int
-    end: int
-    written_ms: int
-
-
 BlockTrackerEvent = (
     BlockAdditionEvent
     | BatchAllocationEvent
@@ -72,12 +55,12 @@ def encode_event(event: BlockTrackerEvent) -> bytes:
     """Serialize an event as JSON (never pickle)."""
     match event:
         case BlockAdditionEvent(block_info=info):
-            body: dict[str, Any] = {"t": "add", "block": info_to_dict(info)}
+            body: dict[str, Any] = {"t": "add", "block": info.to_dict()}
         case BatchAllocationEvent(batch_time_ms=t, blocks=blocks):
             body = {
                 "t": "alloc",
                 "time": t,
-                "blocks": {str(s): [info_to_dict(b) for b in bs] for s, bs in blocks.items()},
+                "blocks": {str(s): [b.to_dict() for b in bs] for s, bs in blocks.items()},
             }
         case BatchCleanupEvent(batch_times_ms=times):
             body = {"t": "clean", "times": list(times)}
@@ -86,12 +69,15 @@ def encode_event(event: BlockTrackerEvent) -> bytes:
                 "t": "range",
                 "stream": s,
                 "start": start,
-                "blocks": [info_to_dict(b) for b in blocks],
+                "blocks": [b.to_dict() for b in blocks],
                 "written": w,
             }
         case OffsetCommitEvent(stream_id=s, end=end, written_ms=w):
             body = {"t": "commit", "stream": s, "end": end, "written": w}
     return _ENCODER.encode(body).encode()
+
+
+_info = ReceivedBlockInfo.from_dict
 
 
 def decode_event(data: bytes) -> BlockTrackerEvent:
@@ -120,29 +106,3 @@ def decode_event(data: bytes) -> BlockTrackerEvent:
         raise CorruptRecordError(msg) from e
     msg = f"driver WAL record has unknown event type {kind!r:.40}"
     raise CorruptRecordError(msg)
-
-
-def info_to_dict(info: ReceivedBlockInfo) -> dict[str, Any]:
-    """The fields of a block info as a JSON-friendly dict.
-
-    Spelled out rather than ``dataclasses.asdict``, which deep-copies every value
-    and made logging 100,000 blocks five times slower; the two dict fields
-    (``wal_handle``, ``metadata``) are JSON values already and are not copied.
-    """
-    raw = {
-        "stream_id": info.stream_id,
-        "block_id": info.block_id,
-        "num_records": info.num_records,
-        "generated_ms": info.generated_ms,
-        "store_endpoint": info.store_endpoint,
-        "size_bytes": info.size_bytes,
-        "wal_handle": info.wal_handle,
-        "metadata": info.metadata,
-    }
-    if info.replica_endpoints:
-        raw["replica_endpoints"] = list(info.replica_endpoints)
-    return raw
-
-
-def _info(raw: dict[str, Any]) -> ReceivedBlockInfo:
-    return ReceivedBlockInfo.from_dict(raw)

@@ -40,15 +40,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from spark_receivers.driver.checkpoint import Checkpoint
-from spark_receivers.driver.listener import (
+from spark_receivers.driver.batches.checkpoint import Checkpoint
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import (
     MAX_METADATA_PER_STREAM,
+    BatchCompleted,
     BatchInfo,
+    BatchStarted,
+    BatchSubmitted,
     ListenerBus,
+    OutputOperationCompleted,
     OutputOperationInfo,
+    OutputOperationStarted,
     StreamInputInfo,
 )
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.util.clock import Clock
 from spark_receivers.util.timer import RecurringTimer
@@ -210,7 +215,7 @@ class JobGenerator:
             submission_time_ms=self._clock.get_time_ms(),
             stream_input_info=inputs,
         )
-        self._bus.post("on_batch_submitted", info)
+        self._bus.post(BatchSubmitted(info))
         with self._lock:
             self._pending[batch_time_ms] = self._executor.submit(self._run_batch, info, blocks)
         self._write_checkpoint()
@@ -225,7 +230,7 @@ class JobGenerator:
             log.info("batch %d dropped: the context stopped at once before it ran", t)
             return
         info = replace(info, processing_start_time_ms=self._clock.get_time_ms())
-        self._bus.post("on_batch_started", info)
+        self._bus.post(BatchStarted(info))
         failure: BaseException | None = None
         op_infos: dict[int, OutputOperationInfo] = {}
         self._sc.setJobGroup(
@@ -239,7 +244,7 @@ class JobGenerator:
             log.exception("could not build batch %d", t)
         for op in operations:
             op_info = OutputOperationInfo(t, op.id, op.name, op.name, self._clock.get_time_ms())
-            self._bus.post("on_output_operation_started", op_info)
+            self._bus.post(OutputOperationStarted(op_info))
             self._sc.setJobDescription(describe_batch(t, op.name))
             try:
                 op.run()
@@ -249,7 +254,7 @@ class JobGenerator:
                 op_info = replace(op_info, failure_reason="".join(traceback.format_exception(e)))
             op_info = replace(op_info, end_time_ms=self._clock.get_time_ms())
             op_infos[op.id] = op_info
-            self._bus.post("on_output_operation_completed", op_info)
+            self._bus.post(OutputOperationCompleted(op_info))
             if failure is not None:
                 break
         info = replace(
@@ -273,7 +278,7 @@ class JobGenerator:
                 self.records_processed_by_batches += info.num_records
             self._lock.notify_all()
         self._hooks.batch_finished(t)
-        self._bus.post("on_batch_completed", info)
+        self._bus.post(BatchCompleted(info))
         if succeeded:
             # Checkpoint first: cleanup must never run ahead of what a restart knows.
             self._write_checkpoint()

@@ -1,7 +1,7 @@
 """Typed snapshots of a running context: :meth:`StreamingContext.status`.
 
 Frozen dataclasses, taken under the owners' locks and safe to keep: they never
-change after they are made. Listener events (``driver/listener.py``) say what
+change after they are made. Listener events (``driver/observe/listener.py``) say what
 happened; a status says where things stand now.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
 
 __all__ = ["ReceiverStatus", "StreamingStatus"]
 

@@ -23,7 +23,7 @@ Replay tolerates what the WAL may hand back twice or after a failed write
   earlier batch.
 
 Streams read by Structured Streaming (``offset_stream_ids``) never go to batches:
-their blocks go to the block logs of :mod:`spark_receivers.driver.block_log`
+their blocks go to the block logs of :mod:`spark_receivers.driver.structured`
 (``tracker.logs``), which share this tracker's lock, queues and WAL.
 """
 
@@ -35,17 +35,15 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.block_events import (
+from spark_receivers.driver.batches.block_events import (
     BatchAllocationEvent,
     BatchCleanupEvent,
     BlockAdditionEvent,
     BlockTrackerEvent,
-    OffsetCommitEvent,
-    OffsetRangeEvent,
     decode_event,
     encode_event,
 )
-from spark_receivers.driver.block_log import BlockLogs
+from spark_receivers.driver.structured import BlockLogs, OffsetCommitEvent, OffsetRangeEvent
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import WriteAheadLog

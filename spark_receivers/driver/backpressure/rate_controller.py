@@ -25,8 +25,8 @@ import threading
 from collections.abc import Callable
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.listener import BatchInfo, StreamingListener
-from spark_receivers.driver.rate_estimator import RateEstimator, create_rate_estimator
+from spark_receivers.driver.backpressure.rate_estimator import RateEstimator, create_rate_estimator
+from spark_receivers.driver.observe.listener import BatchInfo, StreamingListener
 
 log = logging.getLogger(__name__)
 

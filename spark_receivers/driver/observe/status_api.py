@@ -1,7 +1,7 @@
 """The JSON documents of the status page's API, built from the driver's views.
 
 ``GET /api/v1/statistics``, ``/api/v1/streams``, ``/api/v1/receivers`` and
-``/api/v1/batches`` (see ``driver/ui_server.py``). Field names follow Spark's
+``/api/v1/batches`` (see ``driver/observe/ui_server.py``). Field names follow Spark's
 own streaming REST API (``/api/v1/applications/<id>/streaming/...``) where the
 meaning is the same (``streamId``, ``isActive``, ``executorId``, ``batchTime``,
 ``schedulingDelay``, ``processingTime``, ``totalDelay``, ``inputSize``...), in
@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
-from spark_receivers.driver.status import ReceiverStatus, StreamingStatus
-from spark_receivers.driver.streaming_progress import StreamingProgress
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
+from spark_receivers.driver.observe.streaming_progress import StreamingProgress
 
 __all__ = ["StatusApi", "StreamDescription"]
 

@@ -12,13 +12,13 @@ dies for any other reason (a py4j error, say) fails the context through
 PySpark's ``parallelize`` cannot carry preferred locations, so a receiver's
 one-partition RDD is made on the JVM with ``SparkContext.makeRDD(seq of
 (element, locations))`` — the call Spark's ReceiverTracker makes — and wrapped
-as a PySpark RDD whose element is the pickled stream id.
+as a PySpark RDD whose element is the pickled stream id
+(:func:`spark_receivers.spark.cluster.located_rdd`).
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
 import re
 import threading
 import time
@@ -26,9 +26,13 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation, TaskLocation
+from spark_receivers.driver.tracking.scheduling_policy import (
+    ExecutorCacheTaskLocation,
+    TaskLocation,
+)
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.rpc.hosts import local_host
+from spark_receivers.spark.cluster import is_local_master, located_rdd
 from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function
 from spark_receivers.util.clock import Clock, SystemClock
 
@@ -64,11 +68,6 @@ class Launcher(Protocol):
     def launch(self, stream_id: int, jobs: ReceiverJobs) -> None:
         """Start running the receiver's job, again each time it ends, until stopped."""
         ...
-
-
-def is_local_master(master: str) -> bool:
-    """True for ``local``/``local[N]``/``local[*]`` (one process, executor "driver")."""
-    return master == "local" or master.startswith("local[")
 
 
 def check_local_cores(master: str, receivers: int) -> None:
@@ -158,29 +157,6 @@ def wait_for_executors(
 def receiver_rdd(sc: SparkContext, stream_id: int, locations: Sequence[TaskLocation]) -> RDD[Any]:
     """A one-partition RDD holding ``stream_id`` that prefers ``locations``."""
     return located_rdd(sc, [(stream_id, locations)])
-
-
-def located_rdd(sc: SparkContext, items: Sequence[tuple[Any, Sequence[TaskLocation]]]) -> RDD[Any]:
-    """An RDD with one partition per item, holding the item and preferring its locations."""
-    from pyspark.rdd import RDD
-    from pyspark.serializers import CPickleSerializer
-
-    jvm = sc._jvm
-    assert jvm is not None
-
-    def scala_seq(values: Sequence[Any]) -> Any:
-        java_list = jvm.java.util.ArrayList()
-        for value in values:
-            java_list.add(value)
-        return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toSeq()
-
-    class_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-    elements = [
-        jvm.scala.Tuple2(bytearray(pickle.dumps(item)), scala_seq([str(loc) for loc in locs]))
-        for item, locs in items
-    ]
-    jrdd = sc._jsc.sc().makeRDD(scala_seq(elements), class_tag)  # type: ignore[union-attr]
-    return RDD(jrdd.toJavaRDD(), sc, CPickleSerializer())
 
 
 class ReceiverLauncher:

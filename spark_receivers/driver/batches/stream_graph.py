@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_receivers.driver.job_generator import OutputOperation
+from spark_receivers.driver.batches.job_generator import OutputOperation
 from spark_receivers.errors import ConfigError, StateError
 from spark_receivers.receiver.schema import as_arrow_schema
 from spark_receivers.stream import (

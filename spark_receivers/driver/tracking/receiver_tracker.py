@@ -7,8 +7,8 @@ that talks to the supervisors), unit-tested with a fake launcher and ``ManualClo
 
 :meth:`ReceiverTracker.handle` answers the receivers' remote messages
 (``RegisterReceiver``, ``AddBlock``/``AddBlocks``, ``ReportError``,
-``DeregisterReceiver``) on gRPC threads; the driver-local commands of
-:mod:`spark_receivers.driver.tracker_commands` run through :meth:`ReceiverTracker.run`.
+``DeregisterReceiver``) on gRPC threads; driver threads call its methods
+(``stop_receivers``, ``update_rate_limit``, ``remove_blocks``...) directly.
 Placement follows the :class:`ReceiverSchedulingPolicy`: a registration from an
 executor the receiver was not scheduled on is refused; a receiver whose job
 ended is relaunched on its old executors if they are alive, else rescheduled.
@@ -39,20 +39,24 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spark_receivers.driver import tracker_commands as cmd
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.received_block_tracker import ReceivedBlockTracker
-from spark_receivers.driver.receiver_launcher import Launcher, ReceiverJobs
-from spark_receivers.driver.receiver_outbox import ReceiverOutbox
-from spark_receivers.driver.restart_policy import RestartPolicy
-from spark_receivers.driver.scheduling_policy import (
+from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
+from spark_receivers.driver.observe.listener import (
+    ListenerBus,
+    ReceiverReportedError,
+    ReceiverStarted,
+    ReceiverStopped,
+)
+from spark_receivers.driver.observe.status import ReceiverStatus
+from spark_receivers.driver.tracking.receiver_launcher import Launcher, ReceiverJobs
+from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
+from spark_receivers.driver.tracking.restart_policy import RestartPolicy
+from spark_receivers.driver.tracking.scheduling_policy import (
     ReceiverSchedulingPolicy,
     ReceiverState,
     ReceiverTrackingInfo,
     TaskLocation,
 )
-from spark_receivers.driver.status import ReceiverStatus
-from spark_receivers.driver.tracked_receiver import TrackedReceiver, accepts, check_block
+from spark_receivers.driver.tracking.tracked_receiver import TrackedReceiver, accepts, check_block
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
@@ -208,32 +212,7 @@ class ReceiverTracker:
         if still_active:
             log.warning("receivers %s did not deregister before the tracker stopped", still_active)
 
-    # --- local commands -------------------------------------------------------
-
-    def run(self, command: cmd.TrackerCommand) -> Any:
-        """Run a driver-local command and return its result (sends happen off the lock)."""
-        match command:
-            case cmd.StopAllReceivers():
-                return self.stop_receivers()
-            case cmd.ReleaseAllReceivers():
-                return self.release_receivers()
-            case cmd.UpdateReceiverRateLimit(stream_id=sid, rate=rate):
-                return self.update_rate_limit(sid, rate)
-            case cmd.CleanupOldBlocks(threshold_ms=threshold):
-                return self.cleanup_old_blocks(threshold)
-            case cmd.RemoveBlocks(blocks=blocks):
-                return self.remove_blocks(blocks)
-            case cmd.AllReceiverIds():
-                with self._lock:
-                    return [
-                        s
-                        for s, r in self._receivers.items()
-                        if r.state is not ReceiverState.INACTIVE
-                    ]
-            case cmd.GetAllReceiverInfo():
-                return self.tracking_infos()
-        msg = f"unknown tracker command {command!r}"
-        raise StateError(msg)
+    # --- commands to receivers (sent by the outbox, never under the lock) ------
 
     def update_rate_limit(self, stream_id: int, rate: float) -> None:
         """Send ``UpdateRateLimit`` to the receiver of ``stream_id`` if it runs."""
@@ -407,7 +386,7 @@ class ReceiverTracker:
         if rate is not None:
             # A relaunched receiver starts at the rate backpressure last published.
             self._outbox.send(msg_.endpoint, m.UpdateRateLimit(rate))
-        self._bus.post("on_receiver_started", started)
+        self._bus.post(ReceiverStarted(started))
         with self._lock:  # after the event: listeners see it before any batch it releases
             self._settle(msg_.stream_id)
         return True
@@ -422,8 +401,8 @@ class ReceiverTracker:
             self._changed.notify_all()
         log.log(logging.WARNING if error else logging.INFO, "receiver %d: %s", stream_id, text)
         if error:  # it stopped or restarts after a failure: as loud as a ReportError
-            self._bus.post("on_receiver_error", stopped)
-        self._bus.post("on_receiver_stopped", stopped)
+            self._bus.post(ReceiverReportedError(stopped))
+        self._bus.post(ReceiverStopped(stopped))
         if error:
             self._count_failure(stream_id, text, bad_record)
         return True
@@ -450,7 +429,7 @@ class ReceiverTracker:
         log.warning("receiver %d: %s", stream_id, message)
         if error:
             log.info("receiver %d error detail:\n%s", stream_id, error)
-        self._bus.post("on_receiver_error", info)
+        self._bus.post(ReceiverReportedError(info))
 
     def _settle(self, stream_id: int) -> None:
         """Under the lock: the receiver's start is settled; wake whoever waits for it."""

@@ -30,14 +30,21 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.listener import BlockLostInfo, ListenerBus, ReplicationInfo
-from spark_receivers.driver.receiver_launcher import alive_executors, is_local_master, located_rdd
-from spark_receivers.driver.receiver_outbox import ReceiverOutbox
-from spark_receivers.driver.scheduling_policy import ExecutorCacheTaskLocation
+from spark_receivers.driver.observe.listener import (
+    BlockLost,
+    BlockLostInfo,
+    ListenerBus,
+    ReplicationChanged,
+    ReplicationInfo,
+)
+from spark_receivers.driver.tracking.receiver_launcher import alive_executors
+from spark_receivers.driver.tracking.receiver_outbox import ReceiverOutbox
+from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import RpcError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
+from spark_receivers.spark.cluster import is_local_master, located_rdd
 from spark_receivers.spark.keeper_task import KeeperTaskSpec, make_keeper_task
 from spark_receivers.util.clock import Clock, SystemClock
 
@@ -154,7 +161,7 @@ class BlockKeepers:
         if achieved < wanted:
             log.warning("receiver %d: %s", stream_id, text)
         info = ReplicationInfo(stream_id, wanted, achieved, text, self._clock.get_time_ms())
-        self._bus.post("on_replication_changed", info)
+        self._bus.post(ReplicationChanged(info))
 
     def _lost_block(self, stream_id: int, block_id: str, records: int, reason: str) -> None:
         with self._lock:
@@ -163,7 +170,7 @@ class BlockKeepers:
             self._lost[block_id] = records
         batch = self._batch_of(block_id)
         log.error("batch %d ran without lost block %s (%d records)", batch, block_id, records)
-        self._bus.post("on_block_lost", BlockLostInfo(batch, stream_id, block_id, records, reason))
+        self._bus.post(BlockLost(BlockLostInfo(batch, stream_id, block_id, records, reason)))
 
     # --- views and stop ------------------------------------------------------------------
 

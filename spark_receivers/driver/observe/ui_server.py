@@ -2,10 +2,10 @@
 
 Routes (all ``GET``):
 
-* ``/``: the status page (``driver/ui/status.html`` and ``status.js``, no CDN:
+* ``/``: the status page (``driver/observe/ui/status.html`` and ``status.js``, no CDN:
   its charts are SVG drawn by that small script from the JSON API);
 * ``/api/v1/statistics``, ``/api/v1/streams``, ``/api/v1/receivers``,
-  ``/api/v1/batches[?limit=N]``: see :mod:`spark_receivers.driver.status_api`;
+  ``/api/v1/batches[?limit=N]``: see :mod:`spark_receivers.driver.observe.status_api`;
 * ``/metrics``: the context's Prometheus registry, text exposition format.
 
 Bound like the Spark UI: to ``spark.receivers.ui.host``, else ``SPARK_LOCAL_IP``,
@@ -34,7 +34,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from spark_receivers.driver.status_api import StatusApi
+from spark_receivers.driver.observe.status_api import StatusApi
 from spark_receivers.errors import ConfigError
 from spark_receivers.util.extras import AIOHTTP, require
 
@@ -53,7 +53,7 @@ _SECURITY_HEADERS = {
 
 
 def _asset(name: str) -> bytes:
-    return (resources.files("spark_receivers.driver") / "ui" / name).read_bytes()
+    return (resources.files("spark_receivers.driver.observe") / "ui" / name).read_bytes()
 
 
 class StatusServer:

@@ -31,13 +31,13 @@ log = logging.getLogger(__name__)
 __all__ = ["ClientFactory", "ReceiverOutbox"]
 
 
-class _Client(Protocol):
+class _SupervisorClient(Protocol):
     def call(self, message: Any, timeout_s: float | None = None) -> Any: ...
 
     def close(self) -> None: ...
 
 
-ClientFactory = Callable[[str], _Client]
+ClientFactory = Callable[[str], _SupervisorClient]
 
 
 class ReceiverOutbox:
@@ -64,7 +64,7 @@ class ReceiverOutbox:
         self._lock = threading.Lock()
         self._queues: dict[str, deque[tuple[Any, Future[Any]]]] = {}
         self._draining: set[str] = set()
-        self._clients: OrderedDict[str, _Client] = OrderedDict()
+        self._clients: OrderedDict[str, _SupervisorClient] = OrderedDict()
         self._idle = threading.Condition(self._lock)
         self._closed = False
 
@@ -129,7 +129,7 @@ class ReceiverOutbox:
         for client in clients:
             client.close()
 
-    def _client(self, endpoint: str) -> _Client:
+    def _client(self, endpoint: str) -> _SupervisorClient:
         with self._lock:
             client = self._clients.pop(endpoint, None)
             evicted = None

@@ -15,9 +15,10 @@ one that starts past the end follows WAL segments already cleaned. Every event
 carries its write time; the driver WAL is never cleaned past the oldest event a
 block log still needs (:meth:`BlockLogs.wal_floor_ms`).
 
-The logs share the :class:`~spark_receivers.driver.received_block_tracker.ReceivedBlockTracker`'s
-lock, queues and WAL (one WAL orders every block event); the tracker owns them
-as ``tracker.logs``. :class:`OffsetEndpoint` answers the readers' remote
+The logs share the
+:class:`~spark_receivers.driver.batches.received_block_tracker.ReceivedBlockTracker`'s
+lock, queues and WAL (one WAL orders every block event); the tracker owns them as
+``tracker.logs``. :class:`OffsetEndpoint` answers the readers' remote
 messages (``DescribeStream``, ``StreamOffsets``, ``AllocateOffsets``,
 ``GetOffsetRange``, ``CommitOffsets``; see ``spark/stream_source.py``).
 """
@@ -35,11 +36,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_receivers.driver.block_events import (
-    BlockTrackerEvent,
+from spark_receivers.driver.structured.offset_events import (
     OffsetCommitEvent,
+    OffsetEvent,
     OffsetRangeEvent,
-    info_to_dict,
 )
 from spark_receivers.errors import OffsetError, RpcError
 from spark_receivers.rpc import messages as m
@@ -48,7 +48,7 @@ from spark_receivers.util.clock import Clock
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OFFSET_MESSAGES", "BlockLogs", "OffsetEndpoint", "StreamDescription"]
+__all__ = ["OFFSET_MESSAGES", "BlockLogs", "OffsetEndpoint", "StructuredStreamInfo"]
 
 OFFSET_MESSAGES: tuple[type, ...] = (
     m.DescribeStream,
@@ -128,7 +128,7 @@ class BlockLogs:
         lock: threading.RLock,
         changed: threading.Condition,
         queues: dict[int, deque[ReceivedBlockInfo]],
-        write: Callable[[BlockTrackerEvent], bool],
+        write: Callable[[OffsetEvent], bool],
         clock: Clock,
     ) -> None:
         self._logs: dict[int, _BlockLog] = {s: _BlockLog() for s in stream_ids}
@@ -165,7 +165,7 @@ class BlockLogs:
         floors = [f for f in (b.wal_floor_ms() for b in self._logs.values()) if f is not None]
         return min(floors, default=None)
 
-    def replay(self, event: BlockTrackerEvent, known: dict[str, int | None]) -> None:
+    def replay(self, event: OffsetEvent, known: dict[str, int | None]) -> None:
         """Apply a recovered range or commit event (see the module doc)."""
         match event:
             case OffsetRangeEvent(stream_id=s, start=start, blocks=infos, written_ms=w):
@@ -298,7 +298,7 @@ class BlockLogs:
 
 
 @dataclass(frozen=True)
-class StreamDescription:
+class StructuredStreamInfo:
     """What a Structured Streaming reader may learn of a stream."""
 
     stream_id: int
@@ -316,7 +316,7 @@ class OffsetEndpoint:
     def __init__(
         self,
         logs: BlockLogs,
-        streams: Sequence[StreamDescription],
+        streams: Sequence[StructuredStreamInfo],
         remove_blocks: Callable[[list[ReceivedBlockInfo]], None],
     ) -> None:
         self._logs = logs
@@ -341,7 +341,7 @@ class OffsetEndpoint:
                 case m.GetOffsetRange(start=start, end=end):
                     _non_negative(start=start, end=end)
                     return [
-                        [info_to_dict(b), first, rows]
+                        [b.to_dict(), first, rows]
                         for b, first, rows in self._logs.offset_range(sid, start, end)
                     ]
                 case m.CommitOffsets(end=end):
@@ -380,6 +380,6 @@ def _non_negative(**offsets: int) -> None:
             raise OffsetError(msg)
 
 
-def describe_streams(receivers: Mapping[int, Any]) -> list[StreamDescription]:
+def describe_streams(receivers: Mapping[int, Any]) -> list[StructuredStreamInfo]:
     """Descriptions of receivers by stream id (anything with ``name`` and ``schema``)."""
-    return [StreamDescription(sid, r.name, r.schema) for sid, r in receivers.items()]
+    return [StructuredStreamInfo(sid, r.name, r.schema) for sid, r in receivers.items()]

@@ -30,9 +30,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from spark_receivers.driver.listener import BatchInfo, StreamingListener
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
-from spark_receivers.driver.status import StreamingStatus
+from spark_receivers.driver.observe.listener import BatchInfo, StreamingListener
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import StreamingStatus
 from spark_receivers.util.histogram import cumulative
 
 __all__ = ["PREFIX", "BatchMetrics", "ReceiverCollector", "new_registry"]

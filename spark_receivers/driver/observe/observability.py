@@ -5,7 +5,7 @@ Prometheus registry (batch histograms fed by the listener bus from the start)
 and, from :meth:`Observability.start` on, reads the running parts through
 callables: the scheduler's ``status()``, the receivers' metrics reports and the
 progress recorder. With ``spark.receivers.ui.enabled`` it serves the status
-page, its JSON API and ``/metrics`` (``driver/ui_server.py``); without it the
+page, its JSON API and ``/metrics`` (``driver/observe/ui_server.py``); without it the
 registry is still there for an application's own exporter
 (``ssc.metrics_registry``).
 
@@ -22,13 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import CollectorRegistry
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.listener import ListenerBus
-from spark_receivers.driver.progress import ProgressRecorder
-from spark_receivers.driver.prometheus import BatchMetrics, ReceiverCollector, new_registry
-from spark_receivers.driver.receiver_metrics import ReceiverMetricsInfo
-from spark_receivers.driver.status import StreamingStatus
-from spark_receivers.driver.status_api import StatusApi, StreamDescription
-from spark_receivers.driver.ui_server import StatusServer
+from spark_receivers.driver.observe.listener import ListenerBus
+from spark_receivers.driver.observe.progress import ProgressRecorder
+from spark_receivers.driver.observe.prometheus import BatchMetrics, ReceiverCollector, new_registry
+from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
+from spark_receivers.driver.observe.status import StreamingStatus
+from spark_receivers.driver.observe.status_api import StatusApi, StreamDescription
+from spark_receivers.driver.observe.ui_server import StatusServer
 from spark_receivers.rpc.hosts import literal_address, local_host
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """What the receiver tracker keeps about one receiver, and the changes it goes through.
 
-Not thread-safe on its own: the :class:`~spark_receivers.driver.receiver_tracker.ReceiverTracker`
-holds its lock around every call. The scheduling part of the state is Spark's
+Not thread-safe on its own: the
+:class:`~spark_receivers.driver.tracking.receiver_tracker.ReceiverTracker` holds its
+lock around every call. The scheduling part of the state is Spark's
 :class:`ReceiverTrackingInfo` (an immutable snapshot replaced on every change).
 """
 
@@ -10,15 +11,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from spark_receivers.driver.listener import ReceiverInfo
-from spark_receivers.driver.restart_policy import RestartCounter, RestartPolicy, give_up_error
-from spark_receivers.driver.scheduling_policy import (
+from spark_receivers.driver.observe.listener import ReceiverInfo
+from spark_receivers.driver.observe.status import ReceiverStatus
+from spark_receivers.driver.tracking.restart_policy import (
+    RestartCounter,
+    RestartPolicy,
+    give_up_error,
+)
+from spark_receivers.driver.tracking.scheduling_policy import (
     ExecutorCacheTaskLocation,
     ReceiverState,
     ReceiverTrackingInfo,
     TaskLocation,
 )
-from spark_receivers.driver.status import ReceiverStatus
 from spark_receivers.errors import BadRecordError, RpcError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m

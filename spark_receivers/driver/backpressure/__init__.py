@@ -1,0 +1,1 @@
+"""Backpressure: rate controllers and their estimators."""
