@@ -434,6 +434,7 @@ class JobScheduler:
         if graceful and not tracker.wait_receivers_stopped(timeout_ms / 1000.0):
             log.warning("receivers did not deregister within %d ms", timeout_ms)
         self.job_generator.stop(graceful, timeout_ms)
+        self._batches.close()
         tracker.release_receivers()
         if self._keeper_starter is not None:
             self._keeper_starter.stop()

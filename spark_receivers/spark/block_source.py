@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 FORMAT = "spark_receivers_blocks"
 SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact it
+BATCH_KEY_OPTION = "batch_key"
+"""``<stream id>:<batch time ms>``: names the batch's relation in a plan (the reader ignores
+it; ``driver/batch_reader.py`` counts the queries that read it)."""
 _TLS_OPTIONS = ("cert_file", "key_file", "ca_file", "server_name")
 
 
@@ -200,13 +203,15 @@ def blocks_dataframe(
     lost_block_policy: str = "fail",
     tracker: str | None = None,
     tls: TlsConfig | None = None,
+    batch_key: str | None = None,
 ) -> DataFrame:
     """A DataFrame over ``blocks`` (an empty one when there are none).
 
     ``checkpoint_dir`` lets readers fall back to the receiver WAL;
     ``max_partitions`` defaults to Spark's default parallelism;
     ``lost_block_policy`` ``skip`` leaves out a block in no store (reported to
-    the ``tracker`` endpoint) instead of failing the read.
+    the ``tracker`` endpoint) instead of failing the read; ``batch_key`` names the
+    relation in plans (:data:`BATCH_KEY_OPTION`).
     """
     if not blocks:
         return spark.createDataFrame([], schema)
@@ -226,4 +231,6 @@ def blocks_dataframe(
         reader = reader.option("lost_block_policy", lost_block_policy)
     if tracker:
         reader = reader.option("tracker", tracker)
+    if batch_key:
+        reader = reader.option(BATCH_KEY_OPTION, batch_key)
     return reader.options(**tls_options(tls)).load()
