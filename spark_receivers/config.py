@@ -213,10 +213,11 @@ class StreamingConfig(DeploymentKeys):
     batch_cache: bool = key(
         True,
         "spark.receivers.batch.cache",
-        "Keep each batch's rows (uncompressed) on the executors that read them, from the first "
-        "action to the end of the batch, so further actions read no block again (false: every "
-        "action reads the blocks again; cheaper only when every batch gets a single action, "
-        "since the first action builds the cache; decisions 0008, 0011).",
+        "Keep a batch's rows (uncompressed) on the executors that read them, from the first "
+        "action to the end of the batch, so further actions read no block again, when the "
+        "stream's previous batch was read by more than one action (decided per batch; the "
+        "first batch of a stream is cached); false: no batch is cached, every action reads "
+        "the blocks again (decisions 0008, 0011, 0012).",
     )
     warm_up_timeout_s: float = key(
         60.0,

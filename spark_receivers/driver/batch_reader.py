@@ -10,7 +10,8 @@ on it would fetch every block again over Arrow Flight. A persisted DataFrame
 the executors that read them, and every later action of the batch reads those (Spark's
 DStream re-reads its blocks from the executors' BlockManager the same way). A partition that
 did not fit in memory is read from its block again, so nothing changes but the speed. When
-the batch ends the rows are dropped (``unpersist``, not waited for).
+the batch ends the rows are dropped (``unpersist``, not waited for), also those of a batch
+DataFrame the user persisted.
 
 **Which batches are cached** (decision 0012): building the cache is a third of what a
 ``count()`` of a batch costs, and a batch that gets one action gains nothing from it. With
@@ -188,7 +189,7 @@ class BatchReader:
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
         self._lock = threading.Lock()
         self._empty: dict[int, DataFrame] = {}
-        self._cached: dict[int, list[DataFrame]] = {}
+        self._frames: dict[int, list[DataFrame]] = {}
         self._counter: ScanCounter | None = None
         self._counting = False  # the counter is registered with the session
         self._scans: dict[tuple[int, int], int] = {}
@@ -308,18 +309,19 @@ class BatchReader:
             tls=self._tls,
             batch_key=batch_key,
         )
-        if not cache:
-            return df
-        df = persist_uncompressed(self._spark, df)
-        with self._lock:
-            self._cached.setdefault(key, []).append(df)
+        if cache:
+            df = persist_uncompressed(self._spark, df)
+        with self._lock:  # also uncached: a persist() of the user's is dropped with the batch
+            self._frames.setdefault(key, []).append(df)
         return df
 
     def release(self, batch_time_ms: int) -> None:
         """The batch ended: drop the rows its DataFrames kept (not waited for)."""
         with self._lock:
-            frames = self._cached.pop(batch_time_ms, [])
+            frames = self._frames.pop(batch_time_ms, [])
         for df in frames:
+            if not df.is_cached:
+                continue
             try:
                 df.unpersist(blocking=False)
             except Exception:  # the session may be stopping: the rows go with it

@@ -130,6 +130,19 @@ def test_the_cache_follows_what_the_batches_do(spark, store, reader):
     assert batch(6000, 1) == (False, 1)
 
 
+def test_a_batch_the_user_persisted_is_dropped_with_the_batch(spark, store, reader):
+    for t in (1000, 2000):
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        if t == 2000:
+            assert not df.is_cached  # one action before: not cached by the reader
+            df.persist()
+        assert df.count() == 300
+        _settle(spark)
+        reader.release(t)
+        assert not df.is_cached
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
 def test_a_self_union_counts_as_two_reads(spark, store, reader):
     for t, self_union, cached in ((1000, False, True), (2000, True, False), (3000, True, True)):
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
