@@ -36,7 +36,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.batch_reader import WARM_UP_JOB_GROUP, BatchReader
+from spark_receivers.driver.batch_reader import (
+    ROWS_PER_READ_TASK,
+    WARM_UP_JOB_GROUP,
+    BatchReader,
+)
 from spark_receivers.driver.block_keepers import (
     KEEPER_TRACKER_MESSAGES,
     BlockKeepers,
@@ -132,6 +136,8 @@ class JobScheduler:
             config.batch_cache,
             config.lost_block_policy,
             config.tls,
+            # Left to its default, a small batch is read by fewer tasks (batch_reader.py).
+            0 if config.batch_read_partitions else ROWS_PER_READ_TASK,
         )
         self._started = False
         self._stopped = False

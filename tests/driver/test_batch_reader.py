@@ -143,6 +143,22 @@ def test_a_batch_the_user_persisted_is_dropped_with_the_batch(spark, store, read
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
 
+@pytest.mark.parametrize(("rows_per_task", "tasks"), [(0, 2), (1_000, 1), (150, 2), (100, 2)])
+def test_a_small_batch_is_read_by_fewer_tasks(spark, store, rows_per_task, tasks):
+    block_source.register(spark)
+    reader = BatchReader(
+        spark, store.secret, None, 2, cache=False, rows_per_read_task=rows_per_task
+    )
+    df = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
+    assert df.rdd.getNumPartitions() == tasks  # 300 rows in 3 blocks, at most 2 tasks
+    assert sorted(r["value"] for r in df.collect()) == sorted(
+        f"w{i} x{j}" for i in range(3) for j in range(100)
+    )
+    assert store.reads == dict.fromkeys(store.blocks, 1)
+    reader.release(1000)
+    reader.close()
+
+
 def test_a_self_union_counts_as_two_reads(spark, store, reader):
     for t, self_union, cached in ((1000, False, True), (2000, True, False), (3000, True, True)):
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
