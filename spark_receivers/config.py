@@ -206,7 +206,8 @@ class StreamingConfig(DeploymentKeys):
     batch_read_partitions: int = key(
         0,
         "spark.receivers.batch.readPartitions",
-        "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
+        "Read tasks per stream and batch; 0 = one per 250,000 rows of the batch, at most one "
+        "wave of the task slots receivers leave free.",
         old="spark.streaming.batch.readPartitions",
     )
     # --- batches as users write them (issue 20) ---
