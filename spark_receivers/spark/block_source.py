@@ -179,6 +179,9 @@ def register(spark: SparkSession) -> None:
 def default_read_partitions(sc: SparkContext, receivers: int, configured: int = 0) -> int:
     """Read tasks per stream and batch: ``configured`` (``batch_read_partitions``), or one wave.
 
+    This is the most a batch gets: the batch reader gives a small batch fewer
+    (``driver/batch_reader.py``, ``ROWS_PER_READ_TASK``) when it is not configured.
+
     One wave is the task slots the receivers leave free (each holds a slot for as
     long as it runs); in local mode also no more than the host's cores, since
     ``local[N]`` may offer more slots than there are cores, and on a busy core
