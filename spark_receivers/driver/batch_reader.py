@@ -201,6 +201,7 @@ class BatchReader:
         self._frames: dict[int, list[DataFrame]] = {}
         self._counter: ScanCounter | None = None
         self._counting = False  # the counter is registered with the session
+        self._no_counting = False  # it could not be: every batch is cached
         self._scans: dict[tuple[int, int], int] = {}
         """(stream id, batch time) → reads of that batch's relation the listener counted."""
         self._last_read: dict[int, int] = {}
@@ -250,11 +251,11 @@ class BatchReader:
         """Register the read counter with the session once; False where it cannot be."""
         if self._counting:
             return True
-        if _listener_fallback_logged.is_set():
+        if self._no_counting:
             return False
         with self._lock:
-            if self._counting:
-                return True
+            if self._counting or self._no_counting:
+                return self._counting
             try:
                 from pyspark.java_gateway import ensure_callback_server_started
 
@@ -263,6 +264,7 @@ class BatchReader:
                 counter = ScanCounter(self._count_scans)
                 self._spark._jsparkSession.listenerManager().register(counter)
             except Exception as e:  # noqa: BLE001 - every batch is cached instead
+                self._no_counting = True
                 if not _listener_fallback_logged.is_set():
                     _listener_fallback_logged.set()
                     log.warning(
