@@ -13,8 +13,9 @@ did not fit in memory is read from its block again, so nothing changes but the s
 the batch ends the rows are dropped (``unpersist``, not waited for), also those of a batch
 DataFrame the user persisted.
 
-**Which batches are cached** (decision 0012): building the cache is a third of what a
-``count()`` of a batch costs, and a batch that gets one action gains nothing from it. With
+**Which batches are cached** (decision 0012): building the cache was a quarter of the JVM's
+CPU in a line count (issue 31's profile), and a batch that gets one action gains nothing
+from it. With
 ``batch_cache`` on (the default) a stream's batch is persisted when the stream's last batch
 that was read was read by more than one action (or twice in one action: a self-union), and
 the first batch of a stream (nothing known yet); otherwise it is not, and its one action
