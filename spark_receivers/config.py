@@ -218,7 +218,7 @@ class StreamingConfig(DeploymentKeys):
         "action to the end of the batch, so further actions read no block again, when the "
         "stream's previous batch was read by more than one action (decided per batch; the "
         "first batch of a stream is cached); false: no batch is cached, every action reads "
-        "the blocks again (decisions 0008, 0011, 0012).",
+        "the blocks again (decisions 0008, 0011, 0013).",
     )
     warm_up_timeout_s: float = key(
         60.0,

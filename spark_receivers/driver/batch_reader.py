@@ -13,7 +13,7 @@ did not fit in memory is read from its block again, so nothing changes but the s
 the batch ends the rows are dropped (``unpersist``, not waited for), also those of a batch
 DataFrame the user persisted.
 
-**Which batches are cached** (decision 0012): building the cache was a quarter of the JVM's
+**Which batches are cached** (decision 0013): building the cache was a quarter of the JVM's
 CPU in a line count (issue 31's profile), and a batch that gets one action gains nothing
 from it. With
 ``batch_cache`` on (the default) a stream's batch is persisted when the stream's last batch
@@ -270,7 +270,7 @@ class BatchReader:
                     _listener_fallback_logged.set()
                     log.warning(
                         "every batch is cached (could not count the actions on a batch: %s); "
-                        "see docs/decisions/0012",
+                        "see docs/decisions/0013",
                         e,
                     )
                 return False
