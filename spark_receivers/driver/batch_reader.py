@@ -176,6 +176,8 @@ _listener_fallback_logged = threading.Event()
 class BatchReader:
     """One DataFrame per receiver stream and batch; see the module doc. Thread-safe."""
 
+    ROWS_PER_READ_TASK = ROWS_PER_READ_TASK
+
     def __init__(
         self,
         spark: SparkSession,

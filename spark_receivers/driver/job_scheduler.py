@@ -36,11 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.driver.batch_reader import (
-    ROWS_PER_READ_TASK,
-    WARM_UP_JOB_GROUP,
-    BatchReader,
-)
+from spark_receivers.driver.batch_reader import WARM_UP_JOB_GROUP, BatchReader
 from spark_receivers.driver.block_keepers import (
     KEEPER_TRACKER_MESSAGES,
     BlockKeepers,
@@ -137,7 +133,7 @@ class JobScheduler:
             config.lost_block_policy,
             config.tls,
             # Left to its default, a small batch is read by fewer tasks (batch_reader.py).
-            0 if config.batch_read_partitions else ROWS_PER_READ_TASK,
+            0 if config.batch_read_partitions else BatchReader.ROWS_PER_READ_TASK,
         )
         self._started = False
         self._stopped = False
