@@ -206,17 +206,19 @@ class StreamingConfig(DeploymentKeys):
     batch_read_partitions: int = key(
         0,
         "spark.receivers.batch.readPartitions",
-        "Read tasks per stream and batch; 0 = one wave of the task slots receivers leave free.",
+        "Read tasks per stream and batch; 0 = one per 250,000 rows of the batch, at most one "
+        "wave of the task slots receivers leave free.",
         old="spark.streaming.batch.readPartitions",
     )
     # --- batches as users write them (issue 20) ---
     batch_cache: bool = key(
         True,
         "spark.receivers.batch.cache",
-        "Keep each batch's rows (uncompressed) on the executors that read them, from the first "
-        "action to the end of the batch, so further actions read no block again (false: every "
-        "action reads the blocks again; cheaper only when every batch gets a single action, "
-        "since the first action builds the cache; decisions 0008, 0011).",
+        "Keep a batch's rows (uncompressed) on the executors that read them, from the first "
+        "action to the end of the batch, so further actions read no block again, when the "
+        "stream's previous batch was read by more than one action (decided per batch; the "
+        "first batch of a stream is cached); false: no batch is cached, every action reads "
+        "the blocks again (decisions 0008, 0011, 0013).",
     )
     warm_up_timeout_s: float = key(
         60.0,

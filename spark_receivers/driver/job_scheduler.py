@@ -137,6 +137,8 @@ class JobScheduler:
             config.batch_cache,
             config.lost_block_policy,
             config.tls,
+            # Left to its default, a small batch is read by fewer tasks (batch_reader.py).
+            0 if config.batch_read_partitions else BatchReader.ROWS_PER_READ_TASK,
         )
         self._started = False
         self._stopped = False
@@ -438,6 +440,7 @@ class JobScheduler:
         if graceful and not tracker.wait_receivers_stopped(timeout_ms / 1000.0):
             log.warning("receivers did not deregister within %d ms", timeout_ms)
         self.job_generator.stop(graceful, timeout_ms)
+        self._batches.close()
         tracker.release_receivers()
         if self._keeper_starter is not None:
             self._keeper_starter.stop()

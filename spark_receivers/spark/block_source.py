@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 FORMAT = "spark_receivers_blocks"
 SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact it
+BATCH_KEY_OPTION = "batch_key"
+"""``<stream id>:<batch time ms>``: names the batch's relation in a plan (the reader ignores
+it; ``driver/batch_reader.py`` counts the queries that read it)."""
 _TLS_OPTIONS = ("cert_file", "key_file", "ca_file", "server_name")
 
 
@@ -177,6 +180,9 @@ def register(spark: SparkSession) -> None:
 def default_read_partitions(sc: SparkContext, receivers: int, configured: int = 0) -> int:
     """Read tasks per stream and batch: ``configured`` (``batch_read_partitions``), or one wave.
 
+    This is the most a batch gets: the batch reader gives a small batch fewer
+    (``driver/batch_reader.py``, ``ROWS_PER_READ_TASK``) when it is not configured.
+
     One wave is the task slots the receivers leave free (each holds a slot for as
     long as it runs); in local mode also no more than the host's cores, since
     ``local[N]`` may offer more slots than there are cores, and on a busy core
@@ -200,13 +206,15 @@ def blocks_dataframe(
     lost_block_policy: str = "fail",
     tracker: str | None = None,
     tls: TlsConfig | None = None,
+    batch_key: str | None = None,
 ) -> DataFrame:
     """A DataFrame over ``blocks`` (an empty one when there are none).
 
     ``checkpoint_dir`` lets readers fall back to the receiver WAL;
     ``max_partitions`` defaults to Spark's default parallelism;
     ``lost_block_policy`` ``skip`` leaves out a block in no store (reported to
-    the ``tracker`` endpoint) instead of failing the read.
+    the ``tracker`` endpoint) instead of failing the read; ``batch_key`` names the
+    relation in plans (:data:`BATCH_KEY_OPTION`).
     """
     if not blocks:
         return spark.createDataFrame([], schema)
@@ -226,4 +234,6 @@ def blocks_dataframe(
         reader = reader.option("lost_block_policy", lost_block_policy)
     if tracker:
         reader = reader.option("tracker", tracker)
+    if batch_key:
+        reader = reader.option(BATCH_KEY_OPTION, batch_key)
     return reader.options(**tls_options(tls)).load()

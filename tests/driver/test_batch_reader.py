@@ -56,6 +56,119 @@ def store():
 STREAM = SimpleNamespace(stream_id=0, receiver=SimpleNamespace(schema=DEFAULT_SCHEMA))
 
 
+def _settle(spark) -> None:
+    """Wait until the JVM delivered the listener events so far (the actions a reader counts)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+
+
+def _rdds_with_cached_blocks(spark) -> set[int]:
+    """Ids of the RDDs with partitions in the executors' storage (Spark's storage status)."""
+    return {info.id() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo()}
+
+
+def _grouped(df) -> list[tuple[str, int]]:
+    return sorted((r["value"], r["count"]) for r in df.groupBy("value").count().collect())
+
+
+@pytest.fixture()
+def reader(spark, store):
+    block_source.register(spark)
+    r = BatchReader(spark, store.secret, None, 2, cache=True)
+    yield r
+    r.close()
+
+
+def test_a_batch_that_gets_one_action_builds_no_cache(spark, store, reader):
+    # The first batch of a stream is cached (nothing is known yet); from then on the
+    # stream's batches got one action each, so none builds a cache.
+    for t in (1000, 2000, 3000):
+        before = _rdds_with_cached_blocks(spark)
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        assert df.count() == 300
+        _settle(spark)
+        if t > 1000:
+            assert not df.is_cached
+            assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+            assert _rdds_with_cached_blocks(spark) - before == set()
+        reader.release(t)
+    assert store.reads == dict.fromkeys(store.blocks, 3)  # one read per batch
+
+
+def test_a_batch_that_gets_two_actions_reads_every_block_once(spark, store, reader):
+    expected = [(f"w{i} x{j}", 1) for i in range(3) for j in range(100)]
+    for n, t in enumerate((1000, 2000, 3000), start=1):
+        before = _rdds_with_cached_blocks(spark)
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        assert df.count() == 300
+        assert _grouped(df) == sorted(expected)
+        _settle(spark)
+        assert store.reads == dict.fromkeys(store.blocks, n)  # the blocks read once a batch
+        assert df.is_cached
+        assert _rdds_with_cached_blocks(spark) - before  # the cache Spark built for it
+        reader.release(t)
+
+
+def test_the_cache_follows_what_the_batches_do(spark, store, reader):
+    def batch(t: int, actions: int) -> tuple[bool, int]:
+        reads = sum(store.reads.values())
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        assert df.count() == 300
+        if actions > 1:
+            assert _grouped(df)[0] == ("w0 x0", 1)
+        _settle(spark)
+        cached = df.is_cached
+        reader.release(t)
+        return cached, (sum(store.reads.values()) - reads) // len(store.blocks)
+
+    assert batch(1000, 1) == (True, 1)  # nothing known yet: cached
+    assert batch(2000, 1) == (False, 1)
+    # A second action the previous batches did not have: read twice (the cache was not
+    # built for it), and the batches after it are cached.
+    assert batch(3000, 2) == (False, 2)
+    assert batch(4000, 2) == (True, 1)
+    assert batch(5000, 1) == (True, 1)
+    assert batch(6000, 1) == (False, 1)
+
+
+def test_a_batch_the_user_persisted_is_dropped_with_the_batch(spark, store, reader):
+    for t in (1000, 2000):
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        if t == 2000:
+            assert not df.is_cached  # one action before: not cached by the reader
+            df.persist()
+        assert df.count() == 300
+        _settle(spark)
+        reader.release(t)
+        assert not df.is_cached
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+@pytest.mark.parametrize(("rows_per_task", "tasks"), [(0, 2), (1_000, 1), (150, 2), (100, 2)])
+def test_a_small_batch_is_read_by_fewer_tasks(spark, store, rows_per_task, tasks):
+    block_source.register(spark)
+    reader = BatchReader(
+        spark, store.secret, None, 2, cache=False, rows_per_read_task=rows_per_task
+    )
+    df = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
+    assert df.rdd.getNumPartitions() == tasks  # 300 rows in 3 blocks, at most 2 tasks
+    assert sorted(r["value"] for r in df.collect()) == sorted(
+        f"w{i} x{j}" for i in range(3) for j in range(100)
+    )
+    assert store.reads == dict.fromkeys(store.blocks, 1)
+    reader.release(1000)
+    reader.close()
+
+
+def test_a_self_union_counts_as_two_reads(spark, store, reader):
+    for t, self_union, cached in ((1000, False, True), (2000, True, False), (3000, True, True)):
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        assert df.is_cached == cached
+        assert (df.union(df) if self_union else df).count() == (600 if self_union else 300)
+        _settle(spark)
+        reader.release(t)
+    assert store.reads == dict.fromkeys(store.blocks, 4)  # 1, 2 (not cached), 1
+
+
 @pytest.mark.parametrize("cache", [True, False])
 def test_a_second_action_reads_no_block_again_with_the_batch_cache(spark, store, cache):
     block_source.register(spark)
@@ -69,6 +182,7 @@ def test_a_second_action_reads_no_block_again_with_the_batch_cache(spark, store,
     reader.release(1000)
     assert not df.is_cached
     reader.release(1000)  # twice: nothing left to drop
+    reader.close()
 
 
 def test_batches_without_blocks_share_one_empty_frame_and_read_nothing(spark, store):

@@ -5,13 +5,27 @@ batch and :meth:`BatchReader.release` when the batch ended.
 
 **Repeated actions** (docs/decisions/0008-batches-as-users-write-them.md): a batch's
 DataFrame is read through the Python data source (``spark/block_source.py``): every action
-on it would plan the read again and fetch every block again over Arrow Flight. With
-``batch_cache`` on (the default) the DataFrame is persisted (``MEMORY_ONLY``) when it is
-built: the read is planned once, the first action reads the blocks and leaves the rows on
+on it would fetch every block again over Arrow Flight. A persisted DataFrame
+(``MEMORY_ONLY``) is read once: the first action reads the blocks and leaves the rows on
 the executors that read them, and every later action of the batch reads those (Spark's
 DStream re-reads its blocks from the executors' BlockManager the same way). A partition that
 did not fit in memory is read from its block again, so nothing changes but the speed. When
-the batch ends the rows are dropped (``unpersist``, not waited for).
+the batch ends the rows are dropped (``unpersist``, not waited for), also those of a batch
+DataFrame the user persisted.
+
+**Which batches are cached** (decision 0013): building the cache was a quarter of the JVM's
+CPU in a line count (issue 31's profile), and a batch that gets one action gains nothing
+from it. With
+``batch_cache`` on (the default) a stream's batch is persisted when the stream's last batch
+that was read was read by more than one action (or twice in one action: a self-union), and
+the first batch of a stream (nothing known yet); otherwise it is not, and its one action
+reads the blocks. The reads are counted by a Spark ``QueryExecutionListener`` (through
+py4j's callback server) that finds each batch's relation, by its ``batch_key`` option, in
+every query's plan. The listener's events come a little after the action (the JVM's listener
+bus), so a batch's count is read when the stream's next batch is built. A stream whose
+function gains a second action pays it once (that batch reads its blocks twice; the next
+ones are cached); one that loses it builds one cache more. Where the listener cannot be
+installed (no JVM: Spark Connect) every batch is cached, and it is logged once.
 
 The batch's rows are cached **without compression** (decision 0011): the rows live for one
 batch, and finding a compression for each column of each batch (dictionary and run-length
@@ -39,7 +53,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.hosts import EndpointNetwork
@@ -54,7 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WARM_UP_JOB_GROUP", "BatchReader", "persist_uncompressed"]
+__all__ = ["WARM_UP_JOB_GROUP", "BatchReader", "ScanCounter", "persist_uncompressed"]
 
 WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 WARM_UP_ROWS = 50_000
@@ -62,6 +77,13 @@ WARM_UP_ROWS = 50_000
 cache and the aggregation (a few thousand rows leave them interpreted, and the first real
 batches then run several times slower)."""
 WARM_UP_ROUNDS = 2
+ROWS_PER_READ_TASK = 250_000
+"""Rows a batch needs per read task beyond the first (when ``batch.readPartitions`` is left
+to its default): a smaller batch is read by fewer tasks. One task, one partition: a
+``count()`` then needs no shuffle (one job, one stage, nothing for adaptive execution to
+plan again), and each task saved is a Python worker's round trip and a task's submission
+(the profile of issue 31: planning and job submission were 44 % of the JVM's samples in the
+line count at 150,000 lines a batch)."""
 
 
 COMPRESSED_KEY = "spark.sql.inMemoryColumnarStorage.compressed"
@@ -106,8 +128,55 @@ def persist_uncompressed(spark: SparkSession, df: DataFrame) -> DataFrame:
     return df
 
 
+class ScanCounter:
+    """A Spark ``QueryExecutionListener`` (a py4j callback) counting reads of batch relations.
+
+    For every query that ran (or failed) it finds the leaves of its plan that carry a
+    ``batch_key`` option (:data:`block_source.BATCH_KEY_OPTION`) and hands their keys to
+    ``on_scans``, once per leaf (a self-union reads a batch twice). Runs on the JVM's
+    listener bus thread through py4j; never raises into the JVM.
+    """
+
+    def __init__(self, on_scans: Callable[[list[str]], None]) -> None:
+        self._on_scans = on_scans
+
+    def onSuccess(self, func_name: str, qe: Any, duration_ns: int) -> None:  # Java's name
+        """A query ended: count its batch reads."""
+        self._count(qe)
+
+    def onFailure(self, func_name: str, qe: Any, exception: Any) -> None:  # Java's name
+        """A query failed: count its batch reads all the same (they may have run)."""
+        self._count(qe)
+
+    def _count(self, qe: Any) -> None:
+        try:
+            keys: list[str] = []
+            leaves = qe.logical().collectLeaves().iterator()
+            while leaves.hasNext():
+                leaf = leaves.next()
+                if leaf.nodeName() != "DataSourceV2Relation":
+                    continue
+                key = leaf.options().get(block_source.BATCH_KEY_OPTION)
+                if key:
+                    keys.append(str(key))
+            if keys:
+                self._on_scans(keys)
+        except Exception:  # a count missed costs one cache, never a result
+            log.debug("could not count the batch reads of a query", exc_info=True)
+
+    class Java:
+        """py4j: the Java interface this object implements."""
+
+        implements: ClassVar[list[str]] = ["org.apache.spark.sql.util.QueryExecutionListener"]
+
+
+_listener_fallback_logged = threading.Event()
+
+
 class BatchReader:
     """One DataFrame per receiver stream and batch; see the module doc. Thread-safe."""
+
+    ROWS_PER_READ_TASK = ROWS_PER_READ_TASK
 
     def __init__(
         self,
@@ -118,8 +187,10 @@ class BatchReader:
         cache: bool,
         lost_block_policy: str = "fail",
         tls: TlsConfig | None = None,
+        rows_per_read_task: int = 0,
     ) -> None:
         self._spark = spark
+        self._rows_per_task = rows_per_read_task
         self._secret = secret
         self._checkpoint_dir = checkpoint_dir
         self.read_partitions = read_partitions
@@ -130,7 +201,16 @@ class BatchReader:
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
         self._lock = threading.Lock()
         self._empty: dict[int, DataFrame] = {}
-        self._cached: dict[int, list[DataFrame]] = {}
+        self._frames: dict[int, list[DataFrame]] = {}
+        self._counter: ScanCounter | None = None
+        self._counting = False  # the counter is registered with the session
+        self._no_counting = False  # it could not be: every batch is cached
+        self._scans: dict[tuple[int, int], int] = {}
+        """(stream id, batch time) → reads of that batch's relation the listener counted."""
+        self._last_read: dict[int, int] = {}
+        """Stream id → the time of its last batch read from blocks."""
+        self._multi: dict[int, bool] = {}
+        """Stream id → its batches are cached (its last counted batch was read more than once)."""
 
     def read(
         self, stream: ReceiverInputStream, batch_time_ms: int, blocks: list[m.ReceivedBlockInfo]
@@ -150,10 +230,86 @@ class BatchReader:
                 with self._lock:
                     df = self._empty.setdefault(stream.stream_id, df)
             return df
-        return self._read_blocks(blocks, schema, batch_time_ms)
+        cache = self._cache and self._wants_cache(stream.stream_id, batch_time_ms)
+        return self._read_blocks(
+            blocks, schema, batch_time_ms, cache, f"{stream.stream_id}:{batch_time_ms}"
+        )
+
+    def _wants_cache(self, stream_id: int, batch_time_ms: int) -> bool:
+        """Cache this batch of the stream? From the reads of its last batch (module doc)."""
+        if not self._start_counting():
+            return True
+        with self._lock:
+            last = self._last_read.get(stream_id)
+            self._last_read[stream_id] = batch_time_ms
+            if last is not None:
+                reads = self._scans.get((stream_id, last))
+                if reads is not None:  # none: no action read it, or its events are late
+                    self._multi[stream_id] = reads > 1
+                for done in [k for k in self._scans if k[0] == stream_id and k[1] <= last]:
+                    del self._scans[done]
+            return self._multi.get(stream_id, True)
+
+    def _start_counting(self) -> bool:
+        """Register the read counter with the session once; False where it cannot be."""
+        if self._counting:
+            return True
+        if self._no_counting:
+            return False
+        with self._lock:
+            if self._counting or self._no_counting:
+                return self._counting
+            try:
+                from pyspark.java_gateway import ensure_callback_server_started
+
+                sc = self._spark.sparkContext
+                ensure_callback_server_started(sc._gateway)
+                counter = ScanCounter(self._count_scans)
+                self._spark._jsparkSession.listenerManager().register(counter)
+            except Exception as e:  # noqa: BLE001 - every batch is cached instead
+                self._no_counting = True
+                if not _listener_fallback_logged.is_set():
+                    _listener_fallback_logged.set()
+                    log.warning(
+                        "every batch is cached (could not count the actions on a batch: %s); "
+                        "see docs/decisions/0013",
+                        e,
+                    )
+                return False
+            self._counter = counter
+            self._counting = True
+            return True
+
+    def _count_scans(self, keys: list[str]) -> None:
+        """The listener found these batch keys (``stream:time``) in a query that ran."""
+        with self._lock:
+            for key in keys:
+                stream, _, t = key.partition(":")
+                try:
+                    k = (int(stream), int(t))
+                except ValueError:
+                    continue
+                if self._last_read.get(k[0], k[1]) <= k[1]:  # not a batch already judged
+                    self._scans[k] = self._scans.get(k, 0) + 1
+
+    def close(self) -> None:
+        """Unregister the read counter (the context stops); idempotent."""
+        with self._lock:
+            counter, self._counter, self._counting = self._counter, None, False
+        if counter is None:
+            return
+        try:
+            self._spark._jsparkSession.listenerManager().unregister(counter)
+        except Exception:  # the session may be stopping: it goes with it
+            log.debug("could not unregister the batch read counter", exc_info=True)
 
     def _read_blocks(
-        self, blocks: list[m.ReceivedBlockInfo], schema: StructType, key: int
+        self,
+        blocks: list[m.ReceivedBlockInfo],
+        schema: StructType,
+        key: int,
+        cache: bool,
+        batch_key: str | None = None,
     ) -> DataFrame:
         df = block_source.blocks_dataframe(
             self._spark,
@@ -161,23 +317,35 @@ class BatchReader:
             schema,
             self._secret,
             self._checkpoint_dir,
-            self.read_partitions,
+            self.partitions_for(blocks),
             self._lost_block_policy,
             self.tracker,
             tls=self._tls,
+            batch_key=batch_key,
         )
-        if not self._cache:
-            return df
-        df = persist_uncompressed(self._spark, df)
-        with self._lock:
-            self._cached.setdefault(key, []).append(df)
+        if cache:
+            df = persist_uncompressed(self._spark, df)
+        with self._lock:  # also uncached: a persist() of the user's is dropped with the batch
+            self._frames.setdefault(key, []).append(df)
         return df
+
+    def partitions_for(self, blocks: list[m.ReceivedBlockInfo]) -> int:
+        """Read tasks for a batch of ``blocks``: one per ``rows_per_read_task`` rows begun.
+
+        At most ``read_partitions``; always ``read_partitions`` without ``rows_per_read_task``.
+        """
+        if self._rows_per_task <= 0:
+            return self.read_partitions
+        rows = sum(max(0, b.num_records) for b in blocks)
+        return max(1, min(self.read_partitions, -(-rows // self._rows_per_task)))
 
     def release(self, batch_time_ms: int) -> None:
         """The batch ended: drop the rows its DataFrames kept (not waited for)."""
         with self._lock:
-            frames = self._cached.pop(batch_time_ms, [])
+            frames = self._frames.pop(batch_time_ms, [])
         for df in frames:
+            if not df.is_cached:
+                continue
             try:
                 df.unpersist(blocking=False)
             except Exception:  # the session may be stopping: the rows go with it
@@ -237,7 +405,7 @@ class BatchReader:
             ]
             schema = StructType([StructField("value", StringType())])
             for round_ in range(WARM_UP_ROUNDS):
-                df = reader._read_blocks(infos, schema, -1 - round_)
+                df = reader._read_blocks(infos, schema, -1 - round_, self._cache)
                 df.count()
                 # A grouped count over a few distinct string keys, as a word count has.
                 df.selectExpr("substring_index(value, ' ', -1) AS k").groupBy("k").count().collect()
