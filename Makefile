@@ -27,7 +27,7 @@ demo: $(STAMP)
 # missing, started by the tests themselves on free loopback ports.
 test: $(STAMP)
 	scripts/services.sh install all
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -31,17 +31,64 @@ def spark():
     session.stop()
 
 
-def pytest_collection_modifyitems(config, items):
-    """Group the tests for ``make test``'s two workers (``-n 2 --dist loadgroup``).
+# The files whose tests use the standalone cluster (tests/integration/conftest.py): make
+# test's workers run them as one unit, so one Master + 2 Workers run at a time.
+STANDALONE_FILES = ("tests/integration/test_standalone.py", "tests/integration/test_replication.py")
 
-    A file's tests stay on one worker (its module fixtures start once), and every test
-    that needs the standalone cluster goes to the same worker, so the session starts one
-    Master + 2 Workers, never two side by side on a 2-core machine. Without xdist the
-    markers do nothing.
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Order for ``make test``'s two workers: the long units first, then the rest.
+
+    The standalone cluster's files, then the other integration files (minutes each), then
+    the unit tests: the worker that gets the last unit then has little left to do alone.
+    Every test that uses the ``standalone`` fixture must be in :data:`STANDALONE_FILES`.
     """
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        fixtures = getattr(item, "fixturenames", ())
-        group = "standalone-cluster" if "standalone" in fixtures else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(name=group))
+    strays = sorted(
+        {
+            _file_of(item.nodeid)
+            for item in items
+            if "standalone" in getattr(item, "fixturenames", ())
+            and _file_of(item.nodeid) not in STANDALONE_FILES
+        }
+    )
+    if strays:
+        raise pytest.UsageError(
+            f"{strays} use the standalone cluster: add them to STANDALONE_FILES in "
+            "tests/conftest.py, so that xdist runs every cluster test on one worker"
+        )
+
+    def rank(item) -> int:
+        path = _file_of(item.nodeid)
+        return 0 if path in STANDALONE_FILES else 1 if path.startswith("tests/integration/") else 2
+
+    items.sort(key=rank)  # stable: the order inside each rank stays pytest's
+
+
+try:
+    from xdist.scheduler import LoadFileScheduling
+except ImportError:  # xdist is a dev dependency; without it the suite runs in one process
+    LoadFileScheduling = None
+
+if LoadFileScheduling is not None:
+
+    class _FileOrCluster(LoadFileScheduling):
+        """``--dist loadfile``, with every standalone-cluster file in one unit."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = _file_of(nodeid)
+            return "standalone-cluster" if path in STANDALONE_FILES else path
+
+    def pytest_xdist_make_scheduler(config, log):
+        """``make test`` runs ``-n 2 --dist loadfile``: files stay whole, clusters one at a time.
+
+        (``--dist loadgroup`` cannot do it with pytest 9.2: xdist 3.8 writes the group into
+        ``item._nodeid``, which pytest 9.2 no longer reads.)
+        """
+        if config.getvalue("dist") == "loadfile":
+            return _FileOrCluster(config, log)
+        return None
