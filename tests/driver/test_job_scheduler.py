@@ -64,6 +64,7 @@ class FakeFrame:
 
     def __init__(self, on_action) -> None:
         self.empty = False
+        self.is_cached = False
         self._on_action = on_action
 
     def persist(self, level):
@@ -285,6 +286,27 @@ def test_start_posts_started_warms_up_then_launches_receivers_then_starts_the_ti
 
 def test_no_warm_up_when_its_timeout_is_zero(world):
     scheduler = world.make(StreamingConfig(warm_up_timeout_s=0))
+    scheduler.start()
+    try:
+        assert world.rec.log[:4] == ["post on_streaming_started", "executors", "launch 0", "timer"]
+    finally:
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+@pytest.mark.timeout(120)
+def test_a_warm_up_that_fails_at_once_does_not_hold_start_for_its_timeout(world, monkeypatch):
+    """The warm-up's own failure (here before its first job) ends its wait at once.
+
+    It once left its event unset when anything outside its Spark jobs raised, so start()
+    waited the whole ``warmUpTimeout``; with 600 s here pytest's 120 s would end the test.
+    """
+    from spark_receivers.driver.batches.batch_reader import BatchReader
+
+    def broken(self, network):
+        raise RuntimeError("the warm-up broke before its first job")
+
+    monkeypatch.setattr(BatchReader, "_warm_up_once", broken)
+    scheduler = world.make(StreamingConfig(warm_up_timeout_s=600))
     scheduler.start()
     try:
         assert world.rec.log[:4] == ["post on_streaming_started", "executors", "launch 0", "timer"]

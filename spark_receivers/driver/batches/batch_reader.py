@@ -373,6 +373,14 @@ class BatchReader:
         return True
 
     def _warm_up(self, network: EndpointNetwork, done: threading.Event) -> None:
+        try:
+            self._warm_up_once(network)
+        except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
+            log.warning("the block reader's warm-up failed (the first batches pay it): %s", e)
+        finally:
+            done.set()  # whatever failed, start() does not wait out the whole timeout
+
+    def _warm_up_once(self, network: EndpointNetwork) -> None:
         import pyarrow as pa
         from pyspark.sql.types import StringType, StructField, StructType
 
@@ -392,10 +400,11 @@ class BatchReader:
             tls=self._tls,
             **network.endpoint_kwargs(),
         )
-        reader = BatchReader(
-            self._spark, secret, None, self.read_partitions, self._cache, tls=self._tls
-        )
+        reader: BatchReader | None = None
         try:
+            reader = BatchReader(
+                self._spark, secret, None, self.read_partitions, self._cache, tls=self._tls
+            )
             self._spark.sparkContext.setJobGroup(
                 WARM_UP_JOB_GROUP, "spark-receivers: warm up the batch path", True
             )
@@ -409,10 +418,7 @@ class BatchReader:
                 df.count()
                 # A grouped count over a few distinct string keys, as a word count has.
                 df.selectExpr("substring_index(value, ' ', -1) AS k").groupBy("k").count().collect()
-        except Exception as e:  # noqa: BLE001 - only a head start: batches work without it
-            log.warning("the block reader's warm-up failed (the first batches pay it): %s", e)
         finally:
-            for round_ in range(WARM_UP_ROUNDS):
-                reader.release(-1 - round_)
+            for round_ in range(WARM_UP_ROUNDS if reader is not None else 0):
+                reader.release(-1 - round_)  # type: ignore[union-attr]
             server.close()
-            done.set()
