@@ -298,7 +298,8 @@ def test_a_warm_up_that_fails_at_once_does_not_hold_start_for_its_timeout(world,
     """The warm-up's own failure (here before its first job) ends its wait at once.
 
     It once left its event unset when anything outside its Spark jobs raised, so start()
-    waited the whole ``warmUpTimeout``; with 600 s here pytest's 120 s would end the test.
+    waited the whole ``spark.receivers.warmUp.timeout``; with 600 s here, pytest's 120 s
+    would end the test.
     """
     from spark_receivers.driver.batches.batch_reader import BatchReader
 

@@ -90,9 +90,7 @@ def nats_source(url: str) -> tuple[str, object]:
 
 
 @pytest.mark.timeout(600)
-# nats passed too (258 s on a busy 2-core machine, amqp 197 s): one broker keeps the suite
-# within CI's 30 minutes; add "nats" to run both.
-@pytest.mark.parametrize("broker", ["amqp"])
+@pytest.mark.parametrize("broker", ["amqp", "nats"])
 def test_ingest_from_a_broker_survives_a_kill_9_of_the_driver(tmp_path, broker, request):
     url = request.getfixturevalue(f"{broker}_url")
     source, publish = (amqp_source if broker == "amqp" else nats_source)(url)
