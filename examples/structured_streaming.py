@@ -80,8 +80,9 @@ def main() -> int:
         query.awaitTermination(args.seconds)
     finally:
         # Stop between two triggers: a trigger stopped in the middle of its write is
-        # aborted, and Spark logs that as an error.
-        deadline = time.monotonic() + 10
+        # aborted, and Spark logs that as an error. On a busy machine a trigger can take
+        # longer than 10 s (seen beside stress-ng on 2026-11-27), so wait up to a minute.
+        deadline = time.monotonic() + 60
         while query.status["isTriggerActive"] and time.monotonic() < deadline:
             time.sleep(0.05)
         query.stop()  # the query first: it reads through the context's tracker
