@@ -36,6 +36,7 @@ from spark_receivers.receiver.schema import check_record
 from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.util.extras import PIKA
+from spark_receivers.util.options import require_positive_ints
 
 if TYPE_CHECKING:
     import pika.adapters.blocking_connection
@@ -99,14 +100,9 @@ class AmqpReceiver(ThreadedReceiver):
     ) -> None:
         kwargs.setdefault("stop_timeout_s", batch_wait_ms / 1000.0 + 40)
         super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
-        for key, value in (
-            ("max_batch", max_batch),
-            ("batch_wait_ms", batch_wait_ms),
-            ("heartbeat_s", heartbeat_s),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                msg = f"{key} must be an integer > 0, got {value!r}"
-                raise ConfigError(msg)
+        require_positive_ints(
+            max_batch=max_batch, batch_wait_ms=batch_wait_ms, heartbeat_s=heartbeat_s
+        )
         if prefetch is not None and not 1 <= prefetch <= MAX_PREFETCH:
             msg = (
                 f"prefetch must be in 1-{MAX_PREFETCH} or None (from the budget), got {prefetch!r}"

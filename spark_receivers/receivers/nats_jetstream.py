@@ -41,6 +41,7 @@ from spark_receivers.receiver.source_support import JobName, now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.amqp import redact as _redact_password
 from spark_receivers.util.extras import NATS
+from spark_receivers.util.options import require_positive_ints
 
 if TYPE_CHECKING:
     import nats.aio.client
@@ -98,14 +99,9 @@ class NatsReceiver(ThreadedReceiver):
     ) -> None:
         kwargs.setdefault("stop_timeout_s", fetch_wait_ms / 1000.0 + 40)
         super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)
-        for key, value in (
-            ("max_batch", max_batch),
-            ("fetch_wait_ms", fetch_wait_ms),
-            ("max_ack_pending", max_ack_pending),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                msg = f"{key} must be an integer > 0, got {value!r}"
-                raise ConfigError(msg)
+        require_positive_ints(
+            max_batch=max_batch, fetch_wait_ms=fetch_wait_ms, max_ack_pending=max_ack_pending
+        )
         if not ack_wait_s > 0:
             msg = f"ack_wait_s must be > 0, got {ack_wait_s!r}"
             raise ConfigError(msg)

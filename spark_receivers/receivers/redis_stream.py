@@ -38,6 +38,7 @@ from spark_receivers.receiver.bad_records import BadRecordPolicy, too_long
 from spark_receivers.receiver.schema import check_record
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.util.extras import REDIS
+from spark_receivers.util.options import require_positive_ints
 
 if TYPE_CHECKING:
     import redis
@@ -104,10 +105,7 @@ class RedisStreamReceiver(ThreadedReceiver):
         max_backoff_ms: int = 30_000,
         **kwargs: Any,
     ) -> None:
-        for key, value in (("batch", batch), ("block_ms", block_ms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                msg = f"{key} must be an integer > 0, got {value!r}"
-                raise ConfigError(msg)
+        require_positive_ints(batch=batch, block_ms=block_ms)
         # on_stop waits out one blocking XREADGROUP plus one store
         kwargs.setdefault("stop_timeout_s", block_ms / 1000.0 + 30)
         super().__init__(max_backoff_ms=max_backoff_ms, **kwargs)

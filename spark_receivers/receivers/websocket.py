@@ -38,6 +38,7 @@ from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.amqp import redact
 from spark_receivers.util.extras import WEBSOCKETS
+from spark_receivers.util.options import require_positive_ints
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -90,10 +91,7 @@ class WebSocketReceiver(ThreadedReceiver):
         if parts.scheme not in ("ws", "wss") or not parts.hostname:
             msg = f"url must be ws://host[:port]/path or wss://..., got {redact(url)}"
             raise ConfigError(msg)
-        for key, value in (("max_batch", max_batch), ("batch_wait_ms", batch_wait_ms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                msg = f"{key} must be an integer > 0, got {value!r}"
-                raise ConfigError(msg)
+        require_positive_ints(max_batch=max_batch, batch_wait_ms=batch_wait_ms)
         for key, number in (
             ("ping_interval_s", ping_interval_s),
             ("ping_timeout_s", ping_timeout_s),
