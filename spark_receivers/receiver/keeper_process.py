@@ -34,6 +34,7 @@ from pathlib import Path
 
 from spark_receivers.errors import BlockStoreError
 from spark_receivers.receiver.block_keeper import KeeperSettings, process_alive, process_start
+from spark_receivers.rpc.hosts import executor_jvm
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +71,10 @@ def keeper_dir() -> Path:
 def executor_jvm_pid() -> int:
     """The pid of the JVM this Python worker serves (this process when there is none).
 
-    A Python worker is a child of PySpark's daemon, a child of the executor's JVM
-    (the driver's JVM in local mode).
+    The walk up ``/proc`` is :func:`spark_receivers.rpc.hosts.executor_jvm`'s.
     """
-    pid = os.getpid()
-    for _ in range(8):
-        try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            if comm == "java":
-                return pid
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        if pid <= 1:
-            break
-    return os.getpid()
+    jvm = executor_jvm()
+    return jvm.pid if jvm is not None else os.getpid()
 
 
 def ensure_local_keeper(

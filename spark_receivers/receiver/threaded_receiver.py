@@ -55,6 +55,7 @@ from spark_receivers.receiver import source_support
 from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
+from spark_receivers.util.options import require_positive_numbers
 
 log = logging.getLogger(__name__)
 
@@ -169,14 +170,11 @@ class ThreadedReceiver(Receiver):
             self._record_schema = self.schema
             self.schema = source_support.with_timestamp(self.schema, type(self).__name__)
             self.include_timestamp = True
-        for key, value in (
-            ("backoff_base_ms", backoff_base_ms),
-            ("max_backoff_ms", max_backoff_ms),
-            ("stop_timeout_s", stop_timeout_s),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                msg = f"{key} must be a number > 0, got {value!r}"
-                raise ConfigError(msg)
+        require_positive_numbers(
+            backoff_base_ms=backoff_base_ms,
+            max_backoff_ms=max_backoff_ms,
+            stop_timeout_s=stop_timeout_s,
+        )
         self.backoff_base_ms = backoff_base_ms
         self.max_backoff_ms = max_backoff_ms
         self.stop_timeout_s = stop_timeout_s

@@ -38,6 +38,7 @@ from spark_receivers.receivers.mqtt_session import (
 )
 from spark_receivers.receivers.mqtt_topics import check_topic_filter
 from spark_receivers.util.extras import PAHO_MQTT
+from spark_receivers.util.options import require_positive_ints
 
 if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
@@ -112,14 +113,9 @@ class MqttReceiver(ThreadedReceiver):
         if qos not in (0, 1, 2):
             msg = f"qos must be 0, 1 or 2, got {qos!r}"
             raise ConfigError(msg)
-        for key, value in (
-            ("max_batch", max_batch),
-            ("keepalive_s", keepalive_s),
-            ("batch_wait_ms", batch_wait_ms),
-        ):
-            if value <= 0:
-                msg = f"{key} must be > 0, got {value!r}"
-                raise ConfigError(msg)
+        require_positive_ints(
+            max_batch=max_batch, keepalive_s=keepalive_s, batch_wait_ms=batch_wait_ms
+        )
         check_topic_filter(topic)
         if client_id is not None and not client_id:
             msg = "client_id must be a non-empty string or None (derived), got ''"

@@ -41,7 +41,7 @@ from spark_receivers.receiver.source_support import JobName, now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.amqp import redact as _redact_password
 from spark_receivers.util.extras import NATS
-from spark_receivers.util.options import require_positive_ints
+from spark_receivers.util.options import require_positive_ints, require_positive_numbers
 
 if TYPE_CHECKING:
     import nats.aio.client
@@ -102,9 +102,7 @@ class NatsReceiver(ThreadedReceiver):
         require_positive_ints(
             max_batch=max_batch, fetch_wait_ms=fetch_wait_ms, max_ack_pending=max_ack_pending
         )
-        if not ack_wait_s > 0:
-            msg = f"ack_wait_s must be > 0, got {ack_wait_s!r}"
-            raise ConfigError(msg)
+        require_positive_numbers(ack_wait_s=ack_wait_s)
         if max_deliver == 0 or max_deliver < -1:
             msg = f"max_deliver must be -1 (no limit) or > 0, got {max_deliver!r}"
             raise ConfigError(msg)

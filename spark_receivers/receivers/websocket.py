@@ -38,7 +38,7 @@ from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.amqp import redact
 from spark_receivers.util.extras import WEBSOCKETS
-from spark_receivers.util.options import require_positive_ints
+from spark_receivers.util.options import require_positive_ints, require_positive_numbers
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -92,14 +92,11 @@ class WebSocketReceiver(ThreadedReceiver):
             msg = f"url must be ws://host[:port]/path or wss://..., got {redact(url)}"
             raise ConfigError(msg)
         require_positive_ints(max_batch=max_batch, batch_wait_ms=batch_wait_ms)
-        for key, number in (
-            ("ping_interval_s", ping_interval_s),
-            ("ping_timeout_s", ping_timeout_s),
-            ("open_timeout_s", open_timeout_s),
-        ):
-            if not number > 0:
-                msg = f"{key} must be > 0, got {number!r}"
-                raise ConfigError(msg)
+        require_positive_numbers(
+            ping_interval_s=ping_interval_s,
+            ping_timeout_s=ping_timeout_s,
+            open_timeout_s=open_timeout_s,
+        )
         messages = [subscribe] if isinstance(subscribe, str) else list(subscribe or [])
         if not all(isinstance(m, str) for m in messages):
             msg = "subscribe must be a text message or a list of them"

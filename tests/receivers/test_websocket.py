@@ -249,7 +249,7 @@ def test_an_unreachable_server_says_so_without_the_password():
 def test_bad_options_are_refused():
     with pytest.raises(ConfigError, match=r"url must be ws://host\[:port\]/path"):
         WebSocketReceiver("http://h/")
-    with pytest.raises(ConfigError, match="ping_timeout_s must be > 0"):
+    with pytest.raises(ConfigError, match="ping_timeout_s must be a number > 0"):
         WebSocketReceiver("ws://h/", ping_timeout_s=0)
     with pytest.raises(ConfigError, match="subscribe must be a text message"):
         WebSocketReceiver("ws://h/", subscribe=[b"x"])  # type: ignore[list-item]
