@@ -350,4 +350,5 @@ def stream_input_info(stream_id: int, blocks: list[ReceivedBlockInfo]) -> Stream
         sum(b.size_bytes for b in blocks),
         tuple(kept),
         len(metadata) - len(kept),
+        next((b.position for b in reversed(blocks) if b.position is not None), None),
     )

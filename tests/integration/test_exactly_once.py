@@ -1,0 +1,113 @@
+"""Exactly once for sources that name their records (issue 33), on real Spark.
+
+* A source position stored with a block survives a driver restart with ``get_or_create``:
+  the receiver of the new context asks for it and resumes after it (no record twice).
+* kill -9 of the Redis receiver's worker between ``store`` and ``XACK``: after the
+  relaunch its own pending entries that the driver had are acked, not stored again.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark import cloudpickle
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
+
+from service_fixtures import redis_url  # noqa: F401
+
+from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests
+
+pytestmark = pytest.mark.spark
+
+BOUND_S = 300  # a bound on waits, never a verdict
+
+
+class Collected:
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, df, batch_time_ms: int) -> None:
+        rows = [r.value for r in df.collect()]
+        with self.cond:
+            self.values.extend(rows)
+            self.cond.notify_all()
+
+    def wait_for(self, n: int) -> list[str]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(set(self.values)) >= n, BOUND_S), len(self.values)
+            return list(self.values)
+
+
+class Numbers(Receiver):
+    """Stores ``count`` numbers, ten a block, each block with its last number as position;
+    starts after the position the driver accepted."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    def on_start(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def on_stop(self) -> None:
+        pass
+
+    def _run(self) -> None:
+        accepted = self.accepted_position()
+        start = 0 if accepted is None else int(accepted) + 1
+        for first in range(start, start + self.count, 10):
+            if self.is_stopped():
+                return
+            block = [str(n) for n in range(first, first + 10)]
+            self.store(block, reliable=True, position=block[-1])
+
+
+class Positions(StreamingListener):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_batch_completed(self, info) -> None:
+        for inputs in info.stream_input_info.values():
+            if inputs.position is not None:
+                self.seen.append(inputs.position)
+
+
+@pytest.mark.timeout(900)
+def test_the_accepted_position_survives_a_driver_restart_with_get_or_create(spark, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    config = StreamingConfig(receiver_wal_enabled=True, receiver_start_timeout_s=BOUND_S)
+    collected = Collected()
+    positions = Positions()
+
+    def create() -> StreamingContext:
+        ssc = StreamingContext(spark, 500, checkpoint_dir=ckpt, config=config)
+        ssc.receiver_stream(Numbers(100)).foreach_batch(collected)
+        return ssc
+
+    first = StreamingContext.get_or_create(ckpt, create)
+    first.add_streaming_listener(positions)
+    first.start()
+    try:
+        collected.wait_for(100)
+    finally:
+        first.stop(graceful=True)
+    assert "99" in positions.seen  # the listener's batch events carry the position
+
+    second = StreamingContext.get_or_create(ckpt, create)
+    assert second.recovered_from_checkpoint
+    second.start()
+    try:
+        values = collected.wait_for(200)
+    finally:
+        second.stop(graceful=True)
+    counts = Counter(values)
+    assert sorted(counts, key=int) == [str(n) for n in range(200)]
+    assert [v for v, c in counts.items() if c > 1] == []
