@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
+import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -18,9 +22,11 @@ from pyspark import cloudpickle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
+from processes import wait_until
 from service_fixtures import redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
+from spark_receivers.receivers import RedisStreamReceiver
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests
 
@@ -111,3 +117,67 @@ def test_the_accepted_position_survives_a_driver_restart_with_get_or_create(spar
     counts = Counter(values)
     assert sorted(counts, key=int) == [str(n) for n in range(200)]
     assert [v for v, c in counts.items() if c > 1] == []
+
+
+class KilledBeforeAck(RedisStreamReceiver):
+    """kill -9 of its own worker once, after storing a batch and before its ``XACK``."""
+
+    def __init__(self, *args, marker: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.marker = marker
+
+    def _ack(self, client, ids):
+        if self.records_stored >= 500 and not os.path.exists(self.marker):
+            Path(self.marker).write_text(",".join(ids))
+            os.kill(os.getpid(), signal.SIGKILL)  # the batch is stored, not acked
+        super()._ack(client, ids)
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_of_the_redis_receiver_between_store_and_xack_stores_nothing_twice(
+    spark,
+    tmp_path,
+    redis_url,  # noqa: F811
+):
+    import redis
+
+    stream, group = f"exact-{uuid.uuid4().hex[:8]}", "spark"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    sent = [f"entry {chunk} {i}" for chunk in range(30) for i in range(100)]
+
+    def feed() -> None:
+        for chunk in range(30):
+            pipe = client.pipeline()
+            for value in sent[chunk * 100 : (chunk + 1) * 100]:
+                pipe.xadd(stream, {"value": value})
+            pipe.execute()
+            time.sleep(0.1)
+
+    marker = tmp_path / "killed"
+    receiver = KilledBeforeAck(
+        stream, group, url=redis_url, block_ms=200, batch=100, marker=str(marker)
+    )
+    config = StreamingConfig(
+        receiver_wal_enabled=True, receiver_restart_delay_ms=300, receiver_drain_timeout_s=10.0
+    )
+    ssc = StreamingContext(spark, 1000, checkpoint_dir=str(tmp_path / "ckpt"), config=config)
+    collected = Collected()
+    ssc.receiver_stream(receiver).foreach_batch(collected)
+    ssc.start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    try:
+        feeder.start()
+        wait_until(marker.exists, BOUND_S, "the kill between store and XACK")
+        feeder.join(BOUND_S)
+        values = collected.wait_for(len(sent))
+        wait_until(lambda: client.xpending(stream, group)["pending"] == 0, 60, "no pending")
+        # Everything in batches the context finished: nothing more comes after this.
+        ssc.stop(graceful=True)
+        values = list(collected.values)
+    finally:
+        ssc.stop(graceful=True)
+        client.close()
+    counts = Counter(values)
+    assert set(counts) == set(sent)  # nothing lost
+    assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
+    assert marker.read_text()  # the killed batch was one of those stored once
