@@ -26,7 +26,7 @@ from processes import wait_until
 from service_fixtures import redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
-from spark_receivers.receivers import RedisStreamReceiver
+from spark_receivers.receivers import FileTailReceiver, RedisStreamReceiver
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests
 
@@ -181,3 +181,61 @@ def test_kill_9_of_the_redis_receiver_between_store_and_xack_stores_nothing_twic
     assert set(counts) == set(sent)  # nothing lost
     assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
     assert marker.read_text()  # the killed batch was one of those stored once
+
+
+class TailKilledBeforeSave(FileTailReceiver):
+    """kill -9 of its own worker once, after storing a batch and before saving its offset."""
+
+    def __init__(self, *args, marker: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.marker = marker
+
+    def _store_at(self, f, lines, offset, skipping):
+        super()._store_at(f, lines, offset, skipping)
+        if self.lines_stored >= 500 and not os.path.exists(self.marker):
+            Path(self.marker).write_text(f"{f.path}:{offset}")
+            os.kill(os.getpid(), signal.SIGKILL)  # stored, offset not saved
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_of_the_file_tail_receiver_between_store_and_save_stores_nothing_twice(
+    spark, tmp_path
+):
+    data = tmp_path / "data"
+    data.mkdir()
+    sent = [f"{name}-{chunk}-{i}" for name in ("a", "b") for chunk in range(20) for i in range(50)]
+
+    def feed() -> None:
+        for name in ("a", "b"):
+            for chunk in range(20):
+                with (data / f"{name}.log").open("a") as f:
+                    f.write("".join(f"{name}-{chunk}-{i}\n" for i in range(50)))
+                time.sleep(0.1)
+        # a rotation after the kill: the old file renamed, a new one under the name
+        os.rename(data / "b.log", data / "b.log.1")
+        with (data / "b.log").open("a") as f:
+            f.write("".join(f"new-{i}\n" for i in range(50)))
+
+    sent += [f"new-{i}" for i in range(50)]
+    marker = tmp_path / "killed"
+    receiver = TailKilledBeforeSave(str(data), "*.log*", poll_interval_ms=50, marker=str(marker))
+    config = StreamingConfig(
+        receiver_wal_enabled=True, receiver_restart_delay_ms=300, receiver_drain_timeout_s=10.0
+    )
+    ssc = StreamingContext(spark, 1000, checkpoint_dir=str(tmp_path / "ckpt"), config=config)
+    collected = Collected()
+    ssc.receiver_stream(receiver).foreach_batch(collected)
+    ssc.start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    try:
+        feeder.start()
+        wait_until(marker.exists, BOUND_S, "the kill between store and offsets save")
+        feeder.join(BOUND_S)
+        collected.wait_for(len(sent))
+        ssc.stop(graceful=True)
+        values = list(collected.values)
+    finally:
+        ssc.stop(graceful=True)
+    counts = Counter(values)
+    assert set(counts) == set(sent)  # nothing lost
+    assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
