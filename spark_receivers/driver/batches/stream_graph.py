@@ -17,6 +17,7 @@ frozen lists.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from spark_receivers.errors import ConfigError, StateError
 from spark_receivers.receiver.schema import as_arrow_schema
 from spark_receivers.stream import (
     BatchFunction,
+    BatchFunctionWithId,
     DataFrameStream,
     ReceiverInputStream,
     StructuredReceiverStream,
@@ -61,6 +63,8 @@ class StreamGraph:
         self._reader: BatchReader | None = None
         self._source_options: SourceOptions | None = None
         self._lock = threading.Lock()
+        self.job_key = ""
+        """The job id in batch ids (set by the context at start): the checkpoint's or the app's."""
 
     # --- building (before start) ---------------------------------------------------
 
@@ -111,6 +115,23 @@ class StreamGraph:
             msg = "this stream belongs to another streaming context"
             raise ConfigError(msg)
         self._outputs.append((stream, fn, name))
+
+    def with_batch_id(self, fn: BatchFunctionWithId) -> BatchFunction:
+        """``fn(df, batch_time_ms, batch_id)`` as an output operation (see :meth:`batch_id`)."""
+
+        @functools.wraps(fn)
+        def run(df: DataFrame, batch_time_ms: int) -> None:
+            fn(df, batch_time_ms, self.batch_id(batch_time_ms))
+
+        return run
+
+    def batch_id(self, batch_time_ms: int) -> str:
+        """``"<job id>-<batch_time_ms>"``: the same for a batch redone after a recovery.
+
+        The job id is set by the context at start (:attr:`job_key`): the checkpoint's, else
+        the application id; batch times of a job never repeat.
+        """
+        return f"{self.job_key}-{batch_time_ms}"
 
     def _next_stream_id(self, receiver: Receiver) -> int:
         self._require_building("add a receiver stream")
