@@ -239,3 +239,62 @@ def test_kill_9_of_the_file_tail_receiver_between_store_and_save_stores_nothing_
     counts = Counter(values)
     assert set(counts) == set(sent)  # nothing lost
     assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
+
+
+@pytest.mark.timeout(900)
+def test_a_batch_redone_after_recovery_has_the_same_batch_id(spark, tmp_path):
+    from spark_receivers import StreamingError
+    from spark_receivers.testing import SequenceReceiver
+
+    ckpt = str(tmp_path / "ckpt")
+    config = StreamingConfig(
+        receiver_wal_enabled=True, receiver_start_timeout_s=BOUND_S, warm_up_timeout_s=0
+    )
+    old = [f"old-{i:04d}" for i in range(300)]
+    received = threading.Event()
+    failed: list[tuple[str, list[str]]] = []
+
+    class Received(StreamingListener):
+        def on_batch_submitted(self, info) -> None:  # every block is in the driver WAL
+            if first.status().records_received >= len(old):
+                received.set()
+
+    def sink_down(df, batch_time_ms: int, batch_id: str) -> None:
+        rows = sorted(r.value for r in df.collect())
+        if rows:
+            received.wait(BOUND_S)
+            failed.append((batch_id, rows))
+            raise RuntimeError("the sink is down")
+
+    first = StreamingContext(spark, 500, checkpoint_dir=ckpt, config=config)
+    first.receiver_stream(SequenceReceiver(old, mode="list", chunk=100)).foreach_batch(sink_down)
+    first.add_streaming_listener(Received())
+    first.start()
+    with pytest.raises(StreamingError, match="the sink is down"):
+        first.await_termination(timeout_s=BOUND_S)
+    first.stop(graceful=False)
+    assert len(failed) == 1
+
+    redone: dict[str, list[str]] = {}
+    done = threading.Condition()
+
+    def keep(df, batch_time_ms: int, batch_id: str) -> None:
+        rows = sorted(r.value for r in df.collect())
+        with done:
+            redone[batch_id] = rows
+            done.notify_all()
+
+    def create() -> StreamingContext:
+        ssc = StreamingContext(spark, 500, checkpoint_dir=ckpt, config=config)
+        ssc.receiver_stream(SequenceReceiver([], mode="list")).foreach_batch(keep)
+        return ssc
+
+    second = StreamingContext.get_or_create(ckpt, create)
+    second.start()
+    try:
+        batch_id, rows = failed[0]
+        with done:
+            assert done.wait_for(lambda: batch_id in redone, BOUND_S), sorted(redone)
+    finally:
+        second.stop(graceful=True)
+    assert redone[batch_id] == rows  # the same id for the same records
