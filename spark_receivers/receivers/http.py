@@ -115,7 +115,7 @@ class HttpReceiver(ThreadedReceiver):
         "_count_lock",
         "_guard",
         "_errors",
-        "idempotency",
+        "_idempotency",
     )
     supports_timestamp = True
 
@@ -222,8 +222,7 @@ class HttpReceiver(ThreadedReceiver):
         """Idempotency keys whose store runs (the store, not the answer, settles them)."""
         self._guard: ConnectionGuard | None = None
         self._errors: ClientErrorLog | None = None
-        self.idempotency = IdempotencyKeys(self.idempotency_window_s, self.max_idempotency_keys)
-        """The keys of this life (a restart keeps only the driver's last one)."""
+        self._idempotency = IdempotencyKeys(self.idempotency_window_s, self.max_idempotency_keys)
 
     # --- the server thread ----------------------------------------------------
 
@@ -237,13 +236,18 @@ class HttpReceiver(ThreadedReceiver):
         asyncio.set_event_loop(loop)
         if self.idempotency_window_s > 0:
             # The request a crash cut off between its store and its answer: not stored twice.
-            self.idempotency.remember_position(self.accepted_position())
+            self._idempotency.remember_position(self.accepted_position())
         try:
             if not self.stopping:  # else interrupt() ran before the loop was set
                 loop.run_until_complete(self._run_server())
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             loop.close()
+
+    @property
+    def idempotency(self) -> IdempotencyKeys:
+        """The ``Idempotency-Key`` memory of this life (a restart keeps the driver's last)."""
+        return self._idempotency
 
     def interrupt(self) -> None:
         """Refuse new requests (503) and tell the server to close."""
@@ -395,7 +399,7 @@ class HttpReceiver(ThreadedReceiver):
         if not key or len(key) > MAX_KEY_LENGTH:
             message = f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters, got {len(key)}"
             return self._refuse(400, message, request=request)
-        seen = self.idempotency.begin(key)
+        seen = self._idempotency.begin(key)
         if seen is not None:
             if seen.busy:
                 message = "a request with this Idempotency-Key is being stored; retry later"
@@ -408,7 +412,7 @@ class HttpReceiver(ThreadedReceiver):
             return response
         finally:
             if not stored:
-                self.idempotency.abandon(key)
+                self._idempotency.abandon(key)
 
     async def _answer_body(
         self, request: web.BaseRequest, arrived_us: int, key: str | None
@@ -434,7 +438,7 @@ class HttpReceiver(ThreadedReceiver):
             return self._refuse(e.status, str(e), request=request)
         if not records:
             if key is not None:
-                self.idempotency.finish(key, {"stored": 0})
+                self._idempotency.finish(key, {"stored": 0})
             return web.json_response({"stored": 0})
         too_much = self._back_pressure(len(records))
         if too_much is not None:
@@ -490,9 +494,9 @@ class HttpReceiver(ThreadedReceiver):
                 return
             self._storing.discard(key)
             if not f.cancelled() and f.exception() is None:
-                self.idempotency.finish(key, {"stored": len(records)})
+                self._idempotency.finish(key, {"stored": len(records)})
             else:
-                self.idempotency.abandon(key)
+                self._idempotency.abandon(key)
 
         future.add_done_callback(done)
         try:
