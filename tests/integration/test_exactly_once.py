@@ -298,3 +298,68 @@ def test_a_batch_redone_after_recovery_has_the_same_batch_id(spark, tmp_path):
     finally:
         second.stop(graceful=True)
     assert redone[batch_id] == rows  # the same id for the same records
+
+
+@pytest.mark.timeout(900)
+def test_a_driver_restarted_with_get_or_create_after_a_kill_between_store_and_xack(
+    spark,
+    tmp_path,
+    redis_url,  # noqa: F811
+):
+    """The receiver dies between store and XACK and its driver stops at once (as if killed
+    with it); the context restarted from the checkpoint acks those entries, stores them
+    not again, and redoes or keeps the batches: every entry once."""
+    import redis
+
+    stream, group = f"exact-{uuid.uuid4().hex[:8]}", "spark"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    first_part = [f"first {i}" for i in range(1000)]
+    second_part = [f"second {i}" for i in range(500)]
+    pipe = client.pipeline()
+    for value in first_part:
+        pipe.xadd(stream, {"value": value})
+    pipe.execute()
+
+    ckpt = str(tmp_path / "ckpt")
+    marker = tmp_path / "killed"
+    collected = Collected()
+    config = StreamingConfig(
+        receiver_wal_enabled=True,
+        receiver_restart_delay_ms=60_000,  # no relaunch in the first run: its driver "dies"
+        receiver_start_timeout_s=BOUND_S,
+    )
+
+    def create() -> StreamingContext:
+        ssc = StreamingContext(spark, 500, checkpoint_dir=ckpt, config=config)
+        receiver = KilledBeforeAck(
+            stream, group, url=redis_url, block_ms=200, batch=100, marker=str(marker)
+        )
+        ssc.receiver_stream(receiver).foreach_batch(collected)
+        return ssc
+
+    first = StreamingContext.get_or_create(ckpt, create)
+    first.start()
+    try:
+        wait_until(marker.exists, BOUND_S, "the kill between store and XACK")
+    finally:
+        first.stop(graceful=False)
+    assert client.xpending(stream, group)["pending"] > 0  # the killed batch is not acked
+
+    second = StreamingContext.get_or_create(ckpt, create)
+    assert second.recovered_from_checkpoint
+    second.start()
+    try:
+        pipe = client.pipeline()
+        for value in second_part:
+            pipe.xadd(stream, {"value": value})
+        pipe.execute()
+        collected.wait_for(len(first_part) + len(second_part))
+        wait_until(lambda: client.xpending(stream, group)["pending"] == 0, 60, "no pending")
+        second.stop(graceful=True)
+        values = list(collected.values)
+    finally:
+        second.stop(graceful=True)
+        client.close()
+    counts = Counter(values)
+    assert set(counts) == set(first_part + second_part)  # nothing lost
+    assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
