@@ -203,8 +203,8 @@ class FileTailReceiver(ThreadedReceiver):
         except (ValueError, KeyError, TypeError):
             log.warning("receiver %d: ignoring accepted position %r", self.stream_id, position)
             return False
-        if commit != self._commits + 1:
-            return False  # saved already, or not this life's
+        if commit != self._commits + 1 or at.get("directory") != self.directory:
+            return False  # saved already, not this life's, or of another directory
         followed = self._files.get(key)
         if followed is None:
             followed = self._files[key] = _Followed(key, path, offset)
@@ -415,6 +415,7 @@ class FileTailReceiver(ThreadedReceiver):
         position = json.dumps(
             {
                 "commit": commit,
+                "directory": self.directory,
                 "file": f.key,
                 "path": f.path,
                 "offset": offset,

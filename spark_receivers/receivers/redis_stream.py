@@ -4,7 +4,9 @@ The order for every batch of entries is: ``XREADGROUP`` → ``store(records,
 reliable=True, position=...)`` → ``XACK``. An entry is acknowledged only once it is
 stored (and in the write-ahead log when enabled), so a receiver that dies between
 the two leaves it pending in the group. The block's position is the range of entry
-ids of the batch, ``<first id>..<last id>``: the driver keeps the newest in its WAL
+ids of the batch, ``<first id>..<last id>`` (prefixed with the stream, group and
+consumer it was read as, so that a position of another source is never applied):
+the driver keeps the newest in its WAL
 (:meth:`Receiver.accepted_position`). On every (re)start the receiver first takes
 back what is pending:
 
@@ -197,7 +199,7 @@ class RedisStreamReceiver(ThreadedReceiver):
 
     def _recover(self, client: redis.Redis) -> None:
         """Take back own pending entries (see the module doc), then dead consumers'."""
-        accepted = _id_range(self.accepted_position())
+        accepted = _id_range(self.accepted_position(), self._source_tag())
         last = "0"
         while not self.stopping:
             reply = client.xreadgroup(
@@ -268,11 +270,16 @@ class RedisStreamReceiver(ThreadedReceiver):
     ) -> None:
         if records:
             order = sorted(_id_key(i) for i in ids)
-            position = f"{_id_text(order[0])}..{_id_text(order[-1])}"
+            position = f"{self._source_tag()}{_id_text(order[0])}..{_id_text(order[-1])}"
             self.store_records(records, reliable=True, times_us=times, position=position)
             self.records_stored += len(records)
         if ids:
             self._ack(client, ids)
+
+    def _source_tag(self) -> str:
+        """What a position starts with: where its entries were read (JSON, then a space)."""
+        where = [self.url.rpartition("@")[2], self.stream, self.group, self.consumer_name]
+        return json.dumps(where, separators=(",", ":")) + " "
 
     def _ack(self, client: redis.Redis, ids: list[str]) -> None:
         """``XACK`` entries (stored, or not to be stored)."""
@@ -354,11 +361,14 @@ def _id_text(key: tuple[int, int]) -> str:
     return f"{key[0]}-{key[1]}"
 
 
-def _id_range(position: str | None) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """The entry ids ``<first>..<last>`` of a position this receiver stored (None: none)."""
+def _id_range(position: str | None, tag: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The entry ids ``<first>..<last>`` of a position stored as ``tag`` (None: none)."""
     if position is None:
         return None
-    first, sep, last = position.partition("..")
+    if not position.startswith(tag):
+        log.warning("ignoring accepted position %r: not read as %s", position, tag.strip())
+        return None
+    first, sep, last = position[len(tag) :].partition("..")
     try:
         if sep:
             return _id_key(first), _id_key(last)

@@ -474,3 +474,19 @@ def test_cleanup_events_round_trip_their_positions():
     event = BatchCleanupEvent((1_000,), {0: ("input-0-5-2", "1-9"), 3: ("input-3-1-0", "x")})
     assert decode_event(encode_event(event)) == event
     assert decode_event(encode_event(BatchCleanupEvent((1_000,)))) == BatchCleanupEvent((1_000,))
+
+
+def test_a_cleanup_without_batches_still_logs_the_positions_before_cleaning_the_wal(tmp_path):
+    clock = ManualClock(1_000)
+    tracker = open_tracker(tmp_path, clock, False)
+    assert tracker.add_block(positioned(0, 5, 0, "p"))
+    tracker.allocate_blocks_to_batch(2_000)
+    tracker.cleanup_old_batches(3_000)  # forgets batch 2000
+    clock.advance(100_000)
+    tracker.cleanup_old_batches(clock.get_time_ms(), wait_for_completion=True)  # no batch
+    tracker.stop()
+    events = logged_events(tmp_path)
+    assert not [e for e in events if isinstance(e, BlockAdditionEvent)]
+    recovered = open_tracker(tmp_path, clock, False, recover=True)
+    assert recovered.accepted_position(0) == "p"
+    recovered.stop()

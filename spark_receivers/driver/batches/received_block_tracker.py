@@ -326,7 +326,10 @@ class ReceivedBlockTracker:
         """
         with self._lock:
             times = tuple(t for t in sorted(self._allocated) if t < threshold_ms)
-            if times and not self._write(BatchCleanupEvent(times, dict(self._positions))):
+            # With positions, always logged: the WAL segments cleaned below may hold the
+            # last event that carried them.
+            positions = dict(self._positions)
+            if (times or positions) and not self._write(BatchCleanupEvent(times, positions)):
                 return
             for t in times:
                 self._allocated.pop(t, None)
