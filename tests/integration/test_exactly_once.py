@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -22,11 +24,12 @@ from pyspark import cloudpickle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
+from harness import free_port
 from processes import wait_until
 from service_fixtures import redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
-from spark_receivers.receivers import FileTailReceiver, RedisStreamReceiver
+from spark_receivers.receivers import FileTailReceiver, HttpReceiver, RedisStreamReceiver
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests
 
@@ -362,4 +365,79 @@ def test_a_driver_restarted_with_get_or_create_after_a_kill_between_store_and_xa
         client.close()
     counts = Counter(values)
     assert set(counts) == set(first_part + second_part)  # nothing lost
+    assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
+
+
+class HttpKilledBeforeAnswer(HttpReceiver):
+    """kill -9 of its own worker once, after storing a request and before answering it."""
+
+    def __init__(self, *args, marker: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.marker = marker
+
+    def _store_reliably(self, records, arrived_us, key=None):
+        super()._store_reliably(records, arrived_us, key)
+        if self.records_stored >= 500 and not os.path.exists(self.marker):
+            Path(self.marker).write_text(str(key))
+            os.kill(os.getpid(), signal.SIGKILL)  # stored, the client never hears of it
+
+
+@pytest.mark.timeout(900)
+def test_http_retries_with_the_same_key_across_a_kill_9_are_stored_once(spark, tmp_path):
+    port = free_port()
+
+    def post(body: bytes, key: str) -> tuple[int, dict]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/ingest", data=body, method="POST"
+        )
+        request.add_header("Idempotency-Key", key)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, dict(response.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers)
+        except OSError:
+            return 0, {}  # the connection broke, or nobody listens (a relaunch)
+
+    sent: list[str] = []
+    replayed: list[str] = []
+
+    def feed() -> None:
+        for i in range(30):
+            lines = [f"req {i} line {j}" for j in range(50)]
+            body = ("\n".join(lines) + "\n").encode()
+            deadline = time.monotonic() + BOUND_S
+            while True:  # a client retries with the same key until acknowledged
+                status, headers = post(body, f"request-{i}")
+                if status == 200:
+                    if headers.get("Idempotent-Replayed") == "true":
+                        replayed.append(f"request-{i}")
+                    break
+                assert time.monotonic() < deadline, f"request {i} never acknowledged"
+                time.sleep(0.2)
+            sent.extend(lines)
+
+    marker = tmp_path / "killed"
+    receiver = HttpKilledBeforeAnswer(host="127.0.0.1", port=port, marker=str(marker))
+    config = StreamingConfig(
+        receiver_wal_enabled=True, receiver_restart_delay_ms=300, receiver_drain_timeout_s=10.0
+    )
+    ssc = StreamingContext(spark, 1000, checkpoint_dir=str(tmp_path / "ckpt"), config=config)
+    collected = Collected()
+    ssc.receiver_stream(receiver).foreach_batch(collected)
+    ssc.start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    try:
+        feeder.start()
+        feeder.join(BOUND_S * 2)
+        assert not feeder.is_alive(), "the client did not finish"
+        collected.wait_for(len(sent))
+        ssc.stop(graceful=True)
+        values = list(collected.values)
+    finally:
+        ssc.stop(graceful=True)
+    assert marker.exists()
+    assert replayed == [marker.read_text()]  # the cut-off request, answered from the driver
+    counts = Counter(values)
+    assert set(counts) == set(sent)  # nothing lost
     assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
