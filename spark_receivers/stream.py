@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from spark_receivers.receiver.receiver import Receiver
 
 BatchFunction = Callable[["DataFrame", int], None]
-BatchFunctionWithId = Callable[["DataFrame", int, str], None]
+BatchFunctionWithId = Callable[["DataFrame", int, int], None]
 
 
 def takes_batch_id(fn: Callable[..., Any], with_batch_id: bool | None) -> bool:
@@ -101,12 +101,13 @@ class DataFrameStream:
 
         A function of three positional parameters (or any, with ``with_batch_id=True``)
         is called ``fn(df, batch_time_ms, batch_id)``: ``batch_id`` is
-        ``"<job id>-<batch_time_ms>"`` (the job id the checkpoint keeps, else the Spark
-        application id), the same when the batch runs again after a recovery from the
-        checkpoint — with the same blocks, so the same records — and different for every
-        other batch of any job: a key a sink can write idempotently by (skip or replace
-        what an earlier run of the batch wrote), as Structured Streaming's
-        ``foreachBatch(df, batch_id)``. The two-argument form stays as it is.
+        ``batch_time_ms // batch_interval_ms``, the ``batchId`` of the batch's progress
+        (``ssc.last_progress``), the same when the batch runs again after a recovery from
+        the checkpoint — with the same blocks, so the same records — and different for
+        every other batch of the job: a key a sink can write idempotently by (skip or
+        replace what an earlier run of the batch wrote), as Structured Streaming's
+        ``foreachBatch(df, batch_id)``; with the progress's ``id`` (one per checkpoint) it
+        names the batch across jobs. The two-argument form stays as it is.
         """
         label = name or str(getattr(fn, "__name__", "foreach_batch"))
         if takes_batch_id(fn, with_batch_id):

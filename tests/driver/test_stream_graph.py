@@ -156,7 +156,7 @@ def test_each_union_batch_holds_every_streams_rows_by_column_name(spark):
 
 def test_foreach_batch_passes_a_batch_id_to_a_function_of_three_parameters():
     g = graph()
-    g.job_key = "job7"
+    g.batch_interval_ms = 1000
     s = g.receiver_stream(Quiet())
     seen: list[tuple] = []
 
@@ -178,8 +178,8 @@ def test_foreach_batch_passes_a_batch_id_to_a_function_of_three_parameters():
         op.run()
     assert seen == [
         ("two", 5000),
-        ("three", 5000, "job7-5000"),
-        ("explicit", 5000, "job7-5000"),
+        ("three", 5000, 5),
+        ("explicit", 5000, 5),
         ("two again", 5000, None),
     ]
 

@@ -255,14 +255,14 @@ def test_a_batch_redone_after_recovery_has_the_same_batch_id(spark, tmp_path):
     )
     old = [f"old-{i:04d}" for i in range(300)]
     received = threading.Event()
-    failed: list[tuple[str, list[str]]] = []
+    failed: list[tuple[int, list[str]]] = []
 
     class Received(StreamingListener):
         def on_batch_submitted(self, info) -> None:  # every block is in the driver WAL
             if first.status().records_received >= len(old):
                 received.set()
 
-    def sink_down(df, batch_time_ms: int, batch_id: str) -> None:
+    def sink_down(df, batch_time_ms: int, batch_id: int) -> None:
         rows = sorted(r.value for r in df.collect())
         if rows:
             received.wait(BOUND_S)
@@ -278,10 +278,10 @@ def test_a_batch_redone_after_recovery_has_the_same_batch_id(spark, tmp_path):
     first.stop(graceful=False)
     assert len(failed) == 1
 
-    redone: dict[str, list[str]] = {}
+    redone: dict[int, list[str]] = {}
     done = threading.Condition()
 
-    def keep(df, batch_time_ms: int, batch_id: str) -> None:
+    def keep(df, batch_time_ms: int, batch_id: int) -> None:
         rows = sorted(r.value for r in df.collect())
         with done:
             redone[batch_id] = rows

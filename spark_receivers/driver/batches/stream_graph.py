@@ -63,8 +63,8 @@ class StreamGraph:
         self._reader: BatchReader | None = None
         self._source_options: SourceOptions | None = None
         self._lock = threading.Lock()
-        self.job_key = ""
-        """The job id in batch ids (set by the context at start): the checkpoint's or the app's."""
+        self.batch_interval_ms = 1
+        """The batch interval batch ids count in (set by the context at start)."""
 
     # --- building (before start) ---------------------------------------------------
 
@@ -125,13 +125,13 @@ class StreamGraph:
 
         return run
 
-    def batch_id(self, batch_time_ms: int) -> str:
-        """``"<job id>-<batch_time_ms>"``: the same for a batch redone after a recovery.
+    def batch_id(self, batch_time_ms: int) -> int:
+        """``batch_time_ms // batch_interval_ms``: the progress's ``batchId``, kept on a redo.
 
-        The job id is set by the context at start (:attr:`job_key`): the checkpoint's, else
-        the application id; batch times of a job never repeat.
+        The interval is set by the context at start (:attr:`batch_interval_ms`; a context
+        restarted from its checkpoint has the checkpoint's).
         """
-        return f"{self.job_key}-{batch_time_ms}"
+        return batch_time_ms // self.batch_interval_ms
 
     def _next_stream_id(self, receiver: Receiver) -> int:
         self._require_building("add a receiver stream")
