@@ -441,3 +441,32 @@ def test_http_retries_with_the_same_key_across_a_kill_9_are_stored_once(spark, t
     counts = Counter(values)
     assert set(counts) == set(sent)  # nothing lost
     assert [v for v, c in counts.items() if c > 1] == []  # nothing twice
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_of_the_redis_receivers_executor_between_store_and_xack_stores_nothing_twice(
+    tmp_path,
+    redis_url,  # noqa: F811
+):
+    import json
+    import subprocess
+
+    script = Path(__file__).with_name("redis_executor_kill_scenario.py")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [sys.executable, str(script), redis_url, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env=env,
+        cwd=Path(__file__).parent,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (
+        f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["killed"] and result["executor_before"] not in (None, "None")
+    assert result["all_arrived"] and result["no_pending"]
+    assert result["failure"] is None
+    assert (result["missing"], result["duplicated"], result["unexpected"]) == (0, 0, 0)
