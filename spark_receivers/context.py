@@ -274,6 +274,7 @@ class StreamingContext:
                 self.config = self.config.replace(job_id=checkpoint_job_id(self.checkpoint_dir))
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark.sparkContext, self.config, self._spark_conf)
+            self._graph.batch_interval_ms = self.batch_interval_ms  # batch ids count in it
             self._prepare_sources(
                 JobName(deployment.config.job_id, self.spark.sparkContext.applicationId or "")
             )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_receivers.errors import ConfigError
 
@@ -17,6 +18,30 @@ if TYPE_CHECKING:
     from spark_receivers.receiver.receiver import Receiver
 
 BatchFunction = Callable[["DataFrame", int], None]
+BatchFunctionWithId = Callable[["DataFrame", int, int], None]
+
+
+def takes_batch_id(fn: Callable[..., Any], with_batch_id: bool | None) -> bool:
+    """Whether ``foreach_batch`` calls ``fn(df, batch_time_ms, batch_id)``.
+
+    ``with_batch_id`` True or False decides; None: True when ``fn`` has three or more
+    positional parameters (``*args`` alone does not count: say it with
+    ``with_batch_id=True``), else the two-argument form ``fn(df, batch_time_ms)``.
+    """
+    if with_batch_id is not None:
+        if not isinstance(with_batch_id, bool):
+            msg = (
+                "foreach_batch(with_batch_id=...) must be True, False or None, "
+                f"got {with_batch_id!r}"
+            )
+            raise ConfigError(msg)
+        return with_batch_id
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the two-argument form
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in positional for p in params) >= 3
 
 
 class StreamGraphLike(Protocol):
@@ -26,6 +51,10 @@ class StreamGraphLike(Protocol):
 
     def add_output(self, stream: DataFrameStream, fn: BatchFunction, name: str) -> None:
         """Register an output operation on ``stream``."""
+        ...
+
+    def with_batch_id(self, fn: BatchFunctionWithId) -> BatchFunction:
+        """``fn`` called with the batch's id as third argument."""
         ...
 
     def source_options(self, stream_id: int) -> dict[str, str]:
@@ -41,8 +70,9 @@ class DataFrameStream:
     """A stream with one DataFrame per batch.
 
     ``foreach_batch(fn)`` registers an output operation called as
-    ``fn(df, batch_time_ms)`` on every batch, in registration order across the
-    context; ``transform(fn)`` derives a stream whose DataFrame is ``fn(df)``.
+    ``fn(df, batch_time_ms)`` — or ``fn(df, batch_time_ms, batch_id)`` — on every
+    batch, in registration order across the context; ``transform(fn)`` derives a
+    stream whose DataFrame is ``fn(df)``.
     """
 
     _ids = itertools.count()
@@ -60,9 +90,30 @@ class DataFrameStream:
         self._cache: dict[int, DataFrame] = {}
         self._lock = threading.Lock()
 
-    def foreach_batch(self, fn: BatchFunction, name: str | None = None) -> DataFrameStream:
-        """Call ``fn(df, batch_time_ms)`` for every batch; return this stream."""
-        self.graph.add_output(self, fn, name or str(getattr(fn, "__name__", "foreach_batch")))
+    def foreach_batch(
+        self,
+        fn: BatchFunction | BatchFunctionWithId,
+        name: str | None = None,
+        *,
+        with_batch_id: bool | None = None,
+    ) -> DataFrameStream:
+        """Call ``fn(df, batch_time_ms)`` for every batch; return this stream.
+
+        A function of three positional parameters (or any, with ``with_batch_id=True``)
+        is called ``fn(df, batch_time_ms, batch_id)``: ``batch_id`` is
+        ``batch_time_ms // batch_interval_ms``, the ``batchId`` of the batch's progress
+        (``ssc.last_progress``), the same when the batch runs again after a recovery from
+        the checkpoint — with the same blocks, so the same records — and different for
+        every other batch of the job: a key a sink can write idempotently by (skip or
+        replace what an earlier run of the batch wrote), as Structured Streaming's
+        ``foreachBatch(df, batch_id)``; with the progress's ``id`` (one per checkpoint) it
+        names the batch across jobs. The two-argument form stays as it is.
+        """
+        label = name or str(getattr(fn, "__name__", "foreach_batch"))
+        if takes_batch_id(fn, with_batch_id):
+            self.graph.add_output(self, self.graph.with_batch_id(fn), label)  # type: ignore[arg-type]
+        else:
+            self.graph.add_output(self, fn, label)  # type: ignore[arg-type]
         return self
 
     def transform(self, fn: Callable[[DataFrame], DataFrame]) -> DataFrameStream:

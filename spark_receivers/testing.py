@@ -164,6 +164,15 @@ class StandInTracker:
             return self.accept_blocks
         if isinstance(msg, m.AddBlocks):
             return [self.accept_blocks] * len(msg.block_infos)
+        if isinstance(msg, m.GetAcceptedPosition):
+            if not self.accept_blocks:
+                return None
+            positions = [
+                b.position
+                for b in self.blocks()
+                if b.stream_id == msg.stream_id and b.position is not None
+            ]
+            return positions[-1] if positions else None
         if isinstance(msg, m.GetReplicaTargets):
             return []
         if isinstance(msg, m.ReportReplication | m.ReportLostBlock):

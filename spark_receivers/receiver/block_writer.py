@@ -36,6 +36,7 @@ from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, split
 from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.block_handler import BlockStoreResult, ReceivedBlockHandler
 from spark_receivers.receiver.block_reporter import BlockReporter
+from spark_receivers.receiver.receiver import POSITION_KEY
 from spark_receivers.receiver.schema import records_to_table
 from spark_receivers.rpc import messages as m
 
@@ -145,6 +146,11 @@ class BlockWriter:
         wait: bool,
     ) -> None:
         name = block_id.name
+        position = None
+        if metadata is not None and POSITION_KEY in metadata:
+            metadata = dict(metadata)
+            position = metadata.pop(POSITION_KEY)
+            metadata = metadata or None
         stored = self.handler.store_block(name, table, generated_ms)
         first, *replicas = stored.locations or (self._endpoint(),)
         info = m.ReceivedBlockInfo(
@@ -157,6 +163,7 @@ class BlockWriter:
             wal_handle=stored.wal_handle,
             metadata=metadata,
             replica_endpoints=tuple(replicas),
+            position=position,
         )
         try:
             future = self._reporter.submit(info)

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+POSITION_KEY = "__spark_receivers_position__"
+"""Where ``store(..., position=...)`` carries the position inside ``metadata`` to the block
+writer, which takes it out into ``ReceivedBlockInfo.position`` (never seen by users)."""
+
 
 class SupervisorLike(Protocol):
     """What a receiver asks of the supervisor running it (``receiver/supervisor.py``).
@@ -65,6 +69,10 @@ class SupervisorLike(Protocol):
         """Tell the driver about an error."""
         ...
 
+    def accepted_position(self) -> str | None:
+        """The last source position the driver accepted for this receiver's stream."""
+        ...
+
     def is_receiver_started(self) -> bool:
         """True while the receiver runs."""
         ...
@@ -88,6 +96,12 @@ class Receiver:
     * ``store(..., reliable=True)``: returns only once the block is stored (and
       in the WAL when enabled) and the driver accepted it, and raises otherwise,
       so the receiver may then acknowledge its source.
+    * ``store(records, position="...", reliable=True)``: the records as a block of
+      their own, with the source position they cover (a string of the receiver's
+      own format: a Redis entry id, a file offset). The driver keeps the newest one
+      in its WAL; after a restart (of the receiver, its executor, or the driver
+      with ``get_or_create``) :meth:`accepted_position` returns it, so the receiver
+      can resume after it instead of storing the same records again.
 
     The records' schema is one string column ``value`` unless the receiver
     declares another, with ``schema=`` or a class attribute ``schema``, as a
@@ -194,12 +208,27 @@ class Receiver:
         return self._stream_id
 
     def store(
-        self, data: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
+        self,
+        data: Any,
+        metadata: dict[str, Any] | None = None,
+        reliable: bool = False,
+        *,
+        position: str | None = None,
     ) -> None:
         """Store one record, many records, or an Arrow/pandas block (see the class doc).
 
+        ``position``: the source position these records cover (see the class doc);
+        the records then make a block of their own.
         Blocks while the rate limit or a full block queue holds the receiver back.
         """
+        if position is not None:
+            if type(position) is not str:
+                msg = (
+                    f"store(position=...) must be a str (the receiver's own encoding of "
+                    f"its source position), got {type(position).__name__}: {position!r:.60}"
+                )
+                raise ReceiverError(msg)
+            metadata = {**(metadata or {}), POSITION_KEY: position}
         sup = self._supervisor
         if type(data) is str and metadata is None and not reliable:
             if sup is not None and sup.add_text is not None:
@@ -234,6 +263,15 @@ class Receiver:
     def report_error(self, message: str, error: BaseException | None = None) -> None:
         """Report an error to the driver without stopping."""
         self._attached().report_error(message, error)
+
+    def accepted_position(self) -> str | None:
+        """The last position the driver accepted from this stream's ``store(position=...)``.
+
+        None when it accepted none (a new job, or a receiver that stores no position).
+        Asks the driver (one RPC; blocks up to its timeout, raises if unreachable): call
+        it when (re)starting to resume after what is already stored.
+        """
+        return self._attached().accepted_position()
 
     def is_started(self) -> bool:
         """True once the supervisor started the receiver and until it stops."""

@@ -325,6 +325,14 @@ class ReceiverSupervisor:
                 "could not report error of receiver %s: %s", self.stream_id, message, exc_info=True
             )
 
+    def accepted_position(self) -> str | None:
+        """Ask the driver for the last source position it accepted for this stream."""
+        reply = self._tracker.call(m.GetAcceptedPosition(self.stream_id))
+        if reply is not None and not isinstance(reply, str):
+            msg = f"GetAcceptedPosition got a malformed reply {reply!r:.100}"
+            raise ReceiverError(msg)
+        return reply
+
     def _metrics_report(self) -> m.ReportReceiverMetrics:
         # With block keepers the blocks are in this executor's keeper (shared by its
         # receivers), not in the task's own store.

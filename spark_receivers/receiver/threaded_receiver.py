@@ -293,9 +293,14 @@ class ThreadedReceiver(Receiver):
         return is_default(self.record_schema)
 
     def store_records(
-        self, records: list[Any], *, reliable: bool = False, times_us: Any = None
+        self,
+        records: list[Any],
+        *,
+        reliable: bool = False,
+        times_us: Any = None,
+        position: str | None = None,
     ) -> None:
-        """``store(records, reliable=reliable)``, with their ``timestamp`` if asked.
+        """``store(records, reliable=reliable, position=position)``, with ``timestamp`` if asked.
 
         With ``include_timestamp`` the records become one Arrow table with the
         ``timestamp`` column: ``times_us`` is one time for all (default: now) or
@@ -305,9 +310,9 @@ class ThreadedReceiver(Receiver):
             return
         if self.include_timestamp:
             table = source_support.table_with_times(records, self.record_schema, times_us)
-            self.store(table, reliable=reliable)
+            self.store(table, reliable=reliable, position=position)
         else:
-            self.store(records, reliable=reliable)
+            self.store(records, reliable=reliable, position=position)
 
     def durable_name(self, prefix: str = "spark-receivers") -> str:
         """A name unique to this job's stream, stable across restarts (see ``source_support``)."""

@@ -1,10 +1,15 @@
 """``FileTailReceiver``: follows the files of a directory, one record per line.
 
-Reliable: every batch of lines is stored with ``store(..., reliable=True)``
-and only then is the read offset saved (an atomic write-then-rename of a JSON
-file), so a restarted receiver goes on exactly after the last stored line.
-A crash between the store and the save stores that batch twice (at least
-once, never lost).
+Reliable, exactly once: every batch of lines is stored with ``store(...,
+reliable=True, position=...)`` and only then is the read offset saved (an atomic
+write-then-rename of a JSON file), so a restarted receiver goes on exactly after
+the last stored line. The position names the file (``st_dev:st_ino`` and path), the
+offset after the batch and the number of the commit (saved with the offsets): a
+receiver killed between the store and the save finds, at its restart, that the
+driver's accepted position is the commit after its saved one, and moves that file's
+offset to it instead of storing the batch again (also after a driver restart with
+``get_or_create``, which keeps the position in its WAL). A position that is not the
+next commit (already saved, or of an older life) changes nothing.
 
 Files are known by ``(st_dev, st_ino)``, not by name, and each one followed is
 held open. So:
@@ -129,11 +134,14 @@ class FileTailReceiver(ThreadedReceiver):
         self.finish_after_ms = finish_after_ms
         self.lines_stored = 0
         self.bad_records = 0
+        self.resumed_from_driver = 0
+        """Restarts that took a file's offset from the driver's accepted position."""
         self.reset_runtime()
 
     def reset_runtime(self) -> None:
         """Forget the followed files (a run starts from the saved offsets)."""
         self._files: dict[str, _Followed] = {}
+        self._commits = 0
 
     @property
     def offsets_path(self) -> str:
@@ -147,6 +155,8 @@ class FileTailReceiver(ThreadedReceiver):
         """Load the saved offsets, then poll every ``poll_interval_ms`` until stopped."""
         try:
             first_start = self._load_offsets()
+            if self._resume(self.accepted_position()):
+                first_start = False
             self._poll(skip_existing=first_start and self.start_at == "end")
             self.mark_healthy()
             while not self.wait(self.poll_interval_ms / 1000.0):
@@ -175,17 +185,49 @@ class FileTailReceiver(ThreadedReceiver):
                 saved = json.load(f)
         except FileNotFoundError:
             return True
+        self._commits = int(saved.get("commits", 0))
         for key, entry in saved.get("files", {}).items():
             self._files[key] = _Followed(
                 key, entry["path"], int(entry["offset"]), bool(entry.get("skipping", False))
             )
         return False
 
+    def _resume(self, position: str | None) -> bool:
+        """Apply the driver's position if it is the commit after the saved one (module doc)."""
+        if position is None:
+            return False
+        try:
+            at = json.loads(position)
+            commit, key, path = int(at["commit"]), str(at["file"]), str(at["path"])
+            offset, skipping = int(at["offset"]), bool(at["skipping"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("receiver %d: ignoring accepted position %r", self.stream_id, position)
+            return False
+        if commit != self._commits + 1 or at.get("directory") != self.directory:
+            return False  # saved already, not this life's, or of another directory
+        followed = self._files.get(key)
+        if followed is None:
+            followed = self._files[key] = _Followed(key, path, offset)
+        log.info(
+            "receiver %d: %s was stored up to byte %d before the offsets were saved; "
+            "going on from there",
+            self.stream_id,
+            path,
+            offset,
+        )
+        followed.offset = offset
+        followed.skipping = skipping
+        self._commits = commit
+        self._save_offsets()
+        self.resumed_from_driver += 1
+        return True
+
     def _save_offsets(self) -> None:
         os.makedirs(self.offsets_dir, exist_ok=True)
         content = {
             "version": 1,
             "directory": self.directory,
+            "commits": self._commits,
             "files": {
                 k: {"path": f.path, "offset": f.offset, "skipping": f.skipping}
                 for k, f in self._files.items()
@@ -362,11 +404,28 @@ class FileTailReceiver(ThreadedReceiver):
     def _commit(self, f: _Followed, offset: int, lines: list[str], skipping: bool) -> None:
         """Store ``lines`` reliably, then move and save the offset (in that order)."""
         if lines:
-            self.store_records(lines, reliable=True)
-            self.lines_stored += len(lines)
+            self._store_at(f, lines, offset, skipping)
         f.offset = offset
         f.skipping = skipping
         self._save_offsets()
+
+    def _store_at(self, f: _Followed, lines: list[str], offset: int, skipping: bool) -> None:
+        """Store ``lines`` as the next commit, ``f`` read up to ``offset`` (the position)."""
+        commit = self._commits + 1
+        position = json.dumps(
+            {
+                "commit": commit,
+                "directory": self.directory,
+                "file": f.key,
+                "path": f.path,
+                "offset": offset,
+                "skipping": skipping,
+            },
+            separators=(",", ":"),
+        )
+        self.store_records(lines, reliable=True, position=position)
+        self._commits = commit
+        self.lines_stored += len(lines)
 
     def _finish(self, f: _Followed, size: int) -> None:
         """Store the unterminated last line of a rotated-away file and forget it."""
@@ -375,8 +434,9 @@ class FileTailReceiver(ThreadedReceiver):
             tail = f.handle.read(size - f.offset)
             lines = self._decode(f, tail)
             if lines:
-                self.store_records(lines, reliable=True)
-                self.lines_stored += len(lines)
+                self._store_at(f, lines, size, skipping=False)
+                f.offset = size
+                self._save_offsets()
         log.info("receiver %d: finished %s (%s)", self.stream_id, f.path, f.key)
         if f.handle is not None:
             f.handle.close()

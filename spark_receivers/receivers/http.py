@@ -28,7 +28,14 @@ client exactly what happened to its request:
        failed, ``max_pending_requests`` requests are already being handled,
        or ``max_connections`` connections are open and none has waited
        long for headers (answered as the connection opens, then closed)
+409    a request with the same ``Idempotency-Key`` is being stored; retry
+       (``Retry-After``)
 =====  ==================================================================
+
+A request with an ``Idempotency-Key`` header (at most 255 characters) that repeats one
+already stored within ``idempotency_window_s`` gets the first answer again (with the
+header ``Idempotent-Replayed: true``) and stores nothing; see :mod:`.http_idempotency`
+(and what survives a restart there).
 
 No client mistake gets a 5xx or a traceback in the log: refusals are logged one line
 each, at most a few per ten seconds (:mod:`.http_server`). The server is aiohttp on an
@@ -51,6 +58,11 @@ from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.http_body import FORMATS, BadRequestError, parse_body
+from spark_receivers.receivers.http_idempotency import (
+    MAX_KEY_LENGTH,
+    IdempotencyKeys,
+    position_of,
+)
 from spark_receivers.util.extras import AIOHTTP
 
 if TYPE_CHECKING:
@@ -96,7 +108,15 @@ class HttpReceiver(ThreadedReceiver):
 
     thread_name_prefix = "http-receiver"
     requires = (AIOHTTP,)  # the [http] extra
-    transient_attrs = ("_loop", "_server_stop", "_pool", "_count_lock", "_guard", "_errors")
+    transient_attrs = (
+        "_loop",
+        "_server_stop",
+        "_pool",
+        "_count_lock",
+        "_guard",
+        "_errors",
+        "_idempotency",
+    )
     supports_timestamp = True
 
     def __init__(
@@ -118,6 +138,8 @@ class HttpReceiver(ThreadedReceiver):
         max_pending_requests: int = 128,
         address_file: str | None = None,
         max_backoff_ms: int = 30_000,
+        idempotency_window_s: float = 600.0,
+        max_idempotency_keys: int = 100_000,
         **kwargs: Any,
     ) -> None:
         for key, value in (
@@ -129,6 +151,7 @@ class HttpReceiver(ThreadedReceiver):
             ("body_timeout_s", body_timeout_s),
             ("max_connections", max_connections),
             ("max_pending_requests", max_pending_requests),
+            ("max_idempotency_keys", max_idempotency_keys),
         ):
             if value <= 0:
                 msg = f"{key} must be > 0, got {value!r}"
@@ -158,6 +181,12 @@ class HttpReceiver(ThreadedReceiver):
         if retry_after_s < 0:
             msg = f"retry_after_s must be >= 0, got {retry_after_s!r}"
             raise ConfigError(msg)
+        if isinstance(idempotency_window_s, bool) or not idempotency_window_s >= 0:
+            msg = (
+                f"idempotency_window_s must be >= 0 (0: Idempotency-Key ignored), "
+                f"got {idempotency_window_s!r}"
+            )
+            raise ConfigError(msg)
         self.host = host
         self.port = port
         self.path = path
@@ -172,6 +201,8 @@ class HttpReceiver(ThreadedReceiver):
         self.max_connections = max_connections
         self.max_pending_requests = max_pending_requests
         self.address_file = address_file
+        self.idempotency_window_s = idempotency_window_s
+        self.max_idempotency_keys = max_idempotency_keys
         self._token = token.encode() if token is not None else None
         self.bound_port: int | None = None
         self.records_stored = 0
@@ -187,8 +218,11 @@ class HttpReceiver(ThreadedReceiver):
         self._in_flight = 0
         self._pending = 0
         self._count_lock = threading.Lock()
+        self._storing: set[str] = set()
+        """Idempotency keys whose store runs (the store, not the answer, settles them)."""
         self._guard: ConnectionGuard | None = None
         self._errors: ClientErrorLog | None = None
+        self._idempotency = IdempotencyKeys(self.idempotency_window_s, self.max_idempotency_keys)
 
     # --- the server thread ----------------------------------------------------
 
@@ -200,12 +234,20 @@ class HttpReceiver(ThreadedReceiver):
         )
         self._loop, self._server_stop, self._pool = loop, asyncio.Event(), pool
         asyncio.set_event_loop(loop)
+        if self.idempotency_window_s > 0:
+            # The request a crash cut off between its store and its answer: not stored twice.
+            self._idempotency.remember_position(self.accepted_position())
         try:
             if not self.stopping:  # else interrupt() ran before the loop was set
                 loop.run_until_complete(self._run_server())
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             loop.close()
+
+    @property
+    def idempotency(self) -> IdempotencyKeys:
+        """The ``Idempotency-Key`` memory of this life (a restart keeps the driver's last)."""
+        return self._idempotency
 
     def interrupt(self) -> None:
         """Refuse new requests (503) and tell the server to close."""
@@ -346,13 +388,40 @@ class HttpReceiver(ThreadedReceiver):
 
     async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
         from aiohttp import web
-        from aiohttp.http_exceptions import HttpProcessingError
-        from aiohttp.web_protocol import RequestPayloadError
 
         arrived_us = now_us()
         refusal = self._admit(request, counted=True)
         if refusal is not None:
             return refusal
+        key = request.headers.get("Idempotency-Key") if self.idempotency_window_s > 0 else None
+        if key is None:
+            return await self._answer_body(request, arrived_us, None)
+        if not key or len(key) > MAX_KEY_LENGTH:
+            message = f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters, got {len(key)}"
+            return self._refuse(400, message, request=request)
+        seen = self._idempotency.begin(key)
+        if seen is not None:
+            if seen.busy:
+                message = "a request with this Idempotency-Key is being stored; retry later"
+                return self._refuse(409, message, retry=True, request=request)
+            return web.json_response(seen.answer, headers={"Idempotent-Replayed": "true"})
+        stored = False
+        try:
+            response = await self._answer_body(request, arrived_us, key)
+            stored = response.status == 200 or key in self._storing
+            return response
+        finally:
+            if not stored:
+                self._idempotency.abandon(key)
+
+    async def _answer_body(
+        self, request: web.BaseRequest, arrived_us: int, key: str | None
+    ) -> web.StreamResponse:
+        """Read, parse and store a request's body (``key``: its Idempotency-Key, if any)."""
+        from aiohttp import web
+        from aiohttp.http_exceptions import HttpProcessingError
+        from aiohttp.web_protocol import RequestPayloadError
+
         try:
             body = await asyncio.wait_for(request.read(), self.body_timeout_s)
         except TimeoutError:
@@ -368,11 +437,13 @@ class HttpReceiver(ThreadedReceiver):
         except BadRequestError as e:  # 400, or 413 for a line over max_record_bytes
             return self._refuse(e.status, str(e), request=request)
         if not records:
+            if key is not None:
+                self._idempotency.finish(key, {"stored": 0})
             return web.json_response({"stored": 0})
         too_much = self._back_pressure(len(records))
         if too_much is not None:
             return self._refuse(429, too_much, retry=True, request=request)
-        return await self._store(records, arrived_us)
+        return await self._store(records, arrived_us, key)
 
     def _admit(self, request: web.BaseRequest, counted: bool) -> web.Response | None:
         """The refusal of a request before its body is read, or None (also for ``Expect``)."""
@@ -406,15 +477,26 @@ class HttpReceiver(ThreadedReceiver):
             )
         return None
 
-    async def _store(self, records: list[Any], arrived_us: int) -> web.StreamResponse:
+    async def _store(
+        self, records: list[Any], arrived_us: int, key: str | None = None
+    ) -> web.StreamResponse:
         from aiohttp import web
 
         loop = asyncio.get_running_loop()
         self._in_flight += 1
-        future = loop.run_in_executor(self._pool, self._store_reliably, records, arrived_us)
+        future = loop.run_in_executor(self._pool, self._store_reliably, records, arrived_us, key)
+        if key is not None:
+            self._storing.add(key)  # the key's fate is the store's, even past a 429
 
-        def done(_: object) -> None:
+        def done(f: asyncio.Future[None]) -> None:
             self._in_flight -= 1
+            if key is None:
+                return
+            self._storing.discard(key)
+            if not f.cancelled() and f.exception() is None:
+                self._idempotency.finish(key, {"stored": len(records)})
+            else:
+                self._idempotency.abandon(key)
 
         future.add_done_callback(done)
         try:
@@ -437,11 +519,12 @@ class HttpReceiver(ThreadedReceiver):
             return self._refuse(503, f"records could not be stored: {e}", retry=True)
         return web.json_response({"stored": len(records)})
 
-    def _store_reliably(self, records: list[Any], arrived_us: int) -> None:
+    def _store_reliably(self, records: list[Any], arrived_us: int, key: str | None = None) -> None:
         if self.is_stopped():
             msg = "receiver is stopping"
             raise ReceiverError(msg)
-        self.store_records(records, reliable=True, times_us=arrived_us)
+        position = None if key is None else position_of(key, len(records))
+        self.store_records(records, reliable=True, times_us=arrived_us, position=position)
         with self._count_lock:
             self.records_stored += len(records)
 

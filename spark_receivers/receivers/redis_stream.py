@@ -1,19 +1,29 @@
 """``RedisStreamReceiver``: reads a Redis stream through a consumer group, acking after storing.
 
 The order for every batch of entries is: ``XREADGROUP`` → ``store(records,
-reliable=True)`` → ``XACK``. An entry is acknowledged only once it is stored
-(and in the write-ahead log when enabled), so a receiver that dies between
-the two leaves it pending in the group. On every (re)start the receiver first
-takes back what is pending:
+reliable=True, position=...)`` → ``XACK``. An entry is acknowledged only once it is
+stored (and in the write-ahead log when enabled), so a receiver that dies between
+the two leaves it pending in the group. The block's position is the range of entry
+ids of the batch, ``<first id>..<last id>`` (prefixed with the stream, group and
+consumer it was read as, so that a position of another source is never applied):
+the driver keeps the newest in its WAL
+(:meth:`Receiver.accepted_position`). On every (re)start the receiver first takes
+back what is pending:
 
-1. ``XAUTOCLAIM`` the group's entries idle for at least ``claim_min_idle_ms``
+1. ``XREADGROUP ... 0``: its own pending entries (read before a crash, maybe
+   stored, never acked). Those inside the range the driver accepted last were
+   stored: they are acked without being stored again; the others are stored and
+   acked;
+2. ``XAUTOCLAIM`` the group's entries idle for at least ``claim_min_idle_ms``
    (those of consumers that died) and stores and acks them;
-2. ``XREADGROUP ... 0`` its own pending entries (read before a crash, maybe
-   stored, never acked) and stores and acks them;
 3. then reads new entries with ``XREADGROUP ... >``.
 
-So nothing read is lost; an entry stored but not yet acked when the receiver
-died is stored again (at least once).
+So nothing read is lost, and nothing is stored twice: a batch is stored and acked
+before the next is read, so at most one batch — the last one stored — can be stored
+and still pending, and its own pending entries inside that range are exactly its
+entries (the pending list is read in id order; a claimed batch is claimed while the
+own pending list is empty). Entries another receiver stored before dying without
+acking them are stored again when claimed (its positions are its own): at least once.
 
 Entries are read as bytes and decoded here, so an entry that cannot become a
 record (longer than ``max_record_bytes``, a value that is not UTF-8, a missing
@@ -132,6 +142,8 @@ class RedisStreamReceiver(ThreadedReceiver):
         self.group_start_id = group_start_id
         self.records_stored = 0
         self.entries_acked = 0
+        self.entries_already_stored = 0
+        """Own pending entries acked at a restart without storing: the driver had them."""
         self.bad_records = 0
 
     @property
@@ -186,26 +198,8 @@ class RedisStreamReceiver(ThreadedReceiver):
                 raise
 
     def _recover(self, client: redis.Redis) -> None:
-        """Store and ack the entries dead consumers left, then this consumer's own."""
-        cursor = "0-0"
-        while not self.stopping:
-            reply: Any = client.xautoclaim(
-                self.stream,
-                self.group,
-                self.consumer_name,
-                self.claim_min_idle_ms,
-                start_id=cursor,
-                count=self.batch,
-            )
-            cursor, claimed = _text(reply[0]), reply[1]
-            entries = [(_text(eid), fields) for eid, fields in claimed]
-            if entries:
-                log.info(
-                    "receiver %d: claimed %d idle pending entries", self.stream_id, len(entries)
-                )
-                self._store_and_ack(client, entries)
-            if cursor == "0-0":
-                break
+        """Take back own pending entries (see the module doc), then dead consumers'."""
+        accepted = _id_range(self.accepted_position(), self._source_tag())
         last = "0"
         while not self.stopping:
             reply = client.xreadgroup(
@@ -214,9 +208,41 @@ class RedisStreamReceiver(ThreadedReceiver):
             entries = _entries(reply)
             if not entries:
                 break
-            log.info("receiver %d: re-reading %d own pending entries", self.stream_id, len(entries))
-            self._store_and_ack(client, entries)
+            stored = [eid for eid, _ in entries if _within(eid, accepted)]
+            if stored:  # stored before the crash, never acked: ack, do not store again
+                log.info(
+                    "receiver %d: acking %d own pending entries the driver already has",
+                    self.stream_id,
+                    len(stored),
+                )
+                self._ack(client, stored)
+                self.entries_already_stored += len(stored)
+            rest = [e for e in entries if not _within(e[0], accepted)]
+            if rest:
+                log.info(
+                    "receiver %d: re-reading %d own pending entries", self.stream_id, len(rest)
+                )
+                self._store_and_ack(client, rest)
             last = entries[-1][0]
+        cursor = "0-0"
+        while not self.stopping:
+            claim: Any = client.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer_name,
+                self.claim_min_idle_ms,
+                start_id=cursor,
+                count=self.batch,
+            )
+            cursor, claimed = _text(claim[0]), claim[1]
+            entries = [(_text(eid), fields) for eid, fields in claimed]
+            if entries:
+                log.info(
+                    "receiver %d: claimed %d idle pending entries", self.stream_id, len(entries)
+                )
+                self._store_and_ack(client, entries)
+            if cursor == "0-0":
+                break
 
     def _store_and_ack(self, client: redis.Redis, entries: list[Entry]) -> None:
         """Store the entries' records, then XACK them; bad entries go to the policy first."""
@@ -243,11 +269,22 @@ class RedisStreamReceiver(ThreadedReceiver):
         self, client: redis.Redis, records: list[Any], times: list[int], ids: list[str]
     ) -> None:
         if records:
-            self.store_records(records, reliable=True, times_us=times)
+            order = sorted(_id_key(i) for i in ids)
+            position = f"{self._source_tag()}{_id_text(order[0])}..{_id_text(order[-1])}"
+            self.store_records(records, reliable=True, times_us=times, position=position)
             self.records_stored += len(records)
         if ids:
-            client.xack(self.stream, self.group, *ids)
-            self.entries_acked += len(ids)
+            self._ack(client, ids)
+
+    def _source_tag(self) -> str:
+        """What a position starts with: where its entries were read (JSON, then a space)."""
+        where = [self.url.rpartition("@")[2], self.stream, self.group, self.consumer_name]
+        return json.dumps(where, separators=(",", ":")) + " "
+
+    def _ack(self, client: redis.Redis, ids: list[str]) -> None:
+        """``XACK`` entries (stored, or not to be stored)."""
+        client.xack(self.stream, self.group, *ids)
+        self.entries_acked += len(ids)
 
     def _record(self, entry_id: str, fields: dict[bytes, bytes] | None) -> Any:
         """The record of an entry; None when it was deleted; :class:`_BadEntry` when bad."""
@@ -312,6 +349,39 @@ def _typed(fields: dict[str, str], schema: pa.Schema) -> dict[str, Any]:
             msg = f"field {field.name!r} ({field.type}) cannot hold value {text!r:.100}: {e}"
             raise ReceiverError(msg) from None
     return out
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    """An entry id ``<ms>-<seq>`` as numbers, in the order Redis gives ids."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _id_text(key: tuple[int, int]) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+def _id_range(position: str | None, tag: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The entry ids ``<first>..<last>`` of a position stored as ``tag`` (None: none)."""
+    if position is None:
+        return None
+    if not position.startswith(tag):
+        log.warning("ignoring accepted position %r: not read as %s", position, tag.strip())
+        return None
+    first, sep, last = position[len(tag) :].partition("..")
+    try:
+        if sep:
+            return _id_key(first), _id_key(last)
+    except ValueError:
+        pass
+    log.warning("ignoring accepted position %r: not a range of entry ids", position)
+    return None
+
+
+def _within(entry_id: str, accepted: tuple[tuple[int, int], tuple[int, int]] | None) -> bool:
+    if accepted is None:
+        return False
+    return accepted[0] <= _id_key(entry_id) <= accepted[1]
 
 
 def _entry_time_us(entry_id: str) -> int:

@@ -60,7 +60,9 @@ class ReceivedBlockInfo:
     copy (the block keeper on the receiver's executor; None when the block is
     known to be in no store, e.g. after recovery) and ``replica_endpoints`` those
     of the other copies, on other executors; ``wal_handle`` is the block's
-    write-ahead log record when the receiver WAL is on.
+    write-ahead log record when the receiver WAL is on. ``position`` is the source
+    position the block covers, as the receiver wrote it with ``store(..., position=...)``
+    (opaque to the driver: a Redis entry id, a file offset...); None when it gave none.
     """
 
     stream_id: int
@@ -72,6 +74,7 @@ class ReceivedBlockInfo:
     wal_handle: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     replica_endpoints: tuple[str, ...] = ()
+    position: str | None = None
 
     @property
     def locations(self) -> tuple[str, ...]:
@@ -107,6 +110,8 @@ class ReceivedBlockInfo:
         }
         if self.replica_endpoints:
             raw["replica_endpoints"] = list(self.replica_endpoints)
+        if self.position is not None:
+            raw["position"] = self.position
         return raw
 
     def without_store(self) -> ReceivedBlockInfo:
@@ -124,6 +129,8 @@ class ReceivedBlockInfo:
             self.size_bytes,
             self.wal_handle,
             self.metadata,
+            (),
+            self.position,
         )
 
 
@@ -158,6 +165,18 @@ class AddBlocks:
     """
 
     block_infos: tuple[ReceivedBlockInfo, ...]
+
+
+@dataclass(frozen=True)
+class GetAcceptedPosition:
+    """The last source position the driver accepted for ``stream_id``; replied with it or None.
+
+    A (re)starting receiver asks it to resume after what is already stored: the
+    position of the newest block it reported with one (``store(..., position=...)``),
+    kept in the driver WAL, so it survives a driver restart with ``get_or_create``.
+    """
+
+    stream_id: int
 
 
 @dataclass(frozen=True)
@@ -355,6 +374,7 @@ TrackerMessage = (
     RegisterReceiver
     | AddBlock
     | AddBlocks
+    | GetAcceptedPosition
     | ReportError
     | DeregisterReceiver
     | RegisterBlockKeeper

@@ -149,3 +149,58 @@ def test_a_dying_timer_tells_its_owner_instead_of_going_quiet():
         assert "11000" in str(hooks.timer_errors[0])
     finally:
         generator.stop(graceful=False, timeout_ms=0)
+
+
+def test_a_failed_batch_stays_pending_when_a_later_one_completes_and_runs_again(tmp_path):
+    clock = ManualClock(10_000)
+    cfg = StreamingConfig(driver_wal_fsync=False)
+    tracker = ReceivedBlockTracker([0], create_driver_wal(str(tmp_path), cfg, clock), clock)
+    done = threading.Condition()
+    ran: dict[int, list[str]] = {}
+
+    def build(t: int, blocks: dict[int, list[ReceivedBlockInfo]]) -> list[OutputOperation]:
+        def run() -> None:
+            with done:
+                ran[t] = [b.block_id for b in blocks[0]]
+                done.notify_all()
+            if blocks[0]:
+                raise RuntimeError("the sink is down")
+
+        return [OutputOperation(0, "sink", run)]
+
+    hooks = RecordingHooks(build)
+    generator = JobGenerator(FakeSparkContext(), 1000, tracker, hooks, ListenerBus(), clock)  # type: ignore[arg-type]
+    generator.start()
+    try:
+        tracker.add_block(block(1))
+        clock.advance(1000)  # batch 11_000: fails
+        with done:
+            assert done.wait_for(lambda: 11_000 in ran, 30)
+        clock.advance(1000)  # batch 12_000: empty, completes after the failure
+        with done:
+            assert done.wait_for(
+                lambda: hooks.checkpoints and hooks.checkpoints[-1][0] == 12_000, 30
+            )
+    finally:
+        generator.stop(graceful=False, timeout_ms=0)
+        tracker.stop()
+    last, pending = hooks.checkpoints[-1]
+    assert (last, pending) == (12_000, [11_000])
+    assert tracker.get_blocks_of_batch(11_000)[0]  # not cleaned up: a restart needs them
+
+    recovered = ReceivedBlockTracker(
+        [0], create_driver_wal(str(tmp_path), cfg, clock), clock, recover=True
+    )
+    ran.clear()
+    again = JobGenerator(
+        FakeSparkContext(), 1000, recovered, RecordingHooks(build), ListenerBus(), clock
+    )  # type: ignore[arg-type]
+    again.start(Checkpoint(1000, last, tuple(pending), clock.get_time_ms(), {}))
+    try:
+        assert 11_000 in again.recovered_batches
+        with done:
+            assert done.wait_for(lambda: 11_000 in ran, 30)
+        assert ran[11_000] == ["input-0-1-1"]
+    finally:
+        again.stop(graceful=False, timeout_ms=0)
+        recovered.stop()

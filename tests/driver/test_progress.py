@@ -30,8 +30,12 @@ T = 1_764_000_000_000  # a batch time on a 2 s grid
 
 def info() -> BatchInfo:
     blocks = [
-        ReceivedBlockInfo(0, f"input-0-1-{i}", 100, T - 2000, "h:1", 4000, metadata=meta)
-        for i, meta in enumerate([{"offset": 10}, None, {"offset": 30}])
+        ReceivedBlockInfo(
+            0, f"input-0-1-{i}", 100, T - 2000, "h:1", 4000, metadata=meta, position=position
+        )
+        for i, (meta, position) in enumerate(
+            [({"offset": 10}, "p1"), (None, "p2"), ({"offset": 30}, None)]
+        )
     ]
     ops = {
         0: OutputOperationInfo(T, 0, "write", "write", T + 100, T + 400),
@@ -66,7 +70,9 @@ def test_a_batch_becomes_a_progress_with_structured_streaming_names():
     assert (source["startOffset"], source["endOffset"]) == ({"offset": 10}, {"offset": 30})
     assert source["metadata"] == [{"offset": 10}, {"offset": 30}]
     assert source["metrics"] == {"numBlocks": "3", "sizeBytes": "12000"}
+    assert source["position"] == "p2"  # the last block stored with a position
     assert doc["sources"][1]["startOffset"] is None
+    assert doc["sources"][1]["position"] is None
     assert doc["receivers"] == {"0": "ACTIVE", "1": "SCHEDULED"}
     assert [o["name"] for o in doc["outputOperations"]] == ["write", "count"]
     assert doc["sink"]["description"] == "foreach_batch[write, count]"

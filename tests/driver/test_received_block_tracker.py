@@ -421,3 +421,72 @@ def test_concurrent_adds_and_allocations_lose_nothing_on_replay(tmp_path):
     ids = [b.block_id for bs in replayed.values() for b in bs]
     assert sorted(ids) == sorted(b.block_id for b in added)
     recovered.stop()
+
+
+def positioned(stream: int, session: int, seq: int, position: str) -> ReceivedBlockInfo:
+    return ReceivedBlockInfo(
+        stream, f"input-{stream}-{session}-{seq}", 1, seq, "127.0.0.1:1", position=position
+    )
+
+
+def test_accepted_position_is_the_newest_blocks_and_survives_cleanup_and_recovery(tmp_path):
+    clock = ManualClock(1_000)
+    tracker = open_tracker(tmp_path, clock, False, streams=(0, 1))
+    assert tracker.accepted_position(0) is None
+    assert tracker.add_block(positioned(0, 5, 0, "1-1"))
+    assert tracker.add_block(block(0, 1))  # no position: keeps the last one
+    assert tracker.add_block(positioned(0, 5, 2, "1-9"))
+    assert tracker.add_block(positioned(1, 5, 0, "offset:10"))
+    assert (tracker.accepted_position(0), tracker.accepted_position(1)) == ("1-9", "offset:10")
+    clock.advance(1_000)
+    tracker.allocate_blocks_to_batch(clock.get_time_ms())
+    # The batch completes later; cleanup deletes every WAL segment holding the additions.
+    clock.advance(100_000)
+    tracker.cleanup_old_batches(clock.get_time_ms(), wait_for_completion=True)
+    tracker.stop()
+    assert not [e for e in logged_events(tmp_path) if isinstance(e, BlockAdditionEvent)]
+
+    recovered = open_tracker(tmp_path, clock, False, recover=True, streams=(0, 1))
+    assert recovered.get_blocks_of_batch(2_000) == {0: [], 1: []}  # the cleanup happened
+    assert recovered.accepted_position(0) == "1-9"
+    assert recovered.accepted_position(1) == "offset:10"
+    # A restarted receiver (a later session) moves it on; a replay keeps the newest block's.
+    assert recovered.add_block(positioned(0, 9, 0, "2-0"))
+    recovered.stop()
+    again = open_tracker(tmp_path, clock, False, recover=True, streams=(0, 1))
+    assert again.accepted_position(0) == "2-0"
+    again.stop()
+
+
+def test_a_cleanup_event_written_after_a_newer_addition_does_not_move_the_position_back(tmp_path):
+    clock = ManualClock(1_000)
+    wal = create_driver_wal(str(tmp_path), wal_config(), clock)
+    wal.write(encode_event(BlockAdditionEvent(positioned(0, 5, 3, "new"))), 1_000)
+    wal.write(encode_event(BatchCleanupEvent((), {0: ("input-0-5-2", "old")})), 1_001)
+    wal.close()
+    wal = create_driver_wal(str(tmp_path), wal_config(), clock)
+    recovered = ReceivedBlockTracker([0], wal, clock, recover=True)
+    assert recovered.accepted_position(0) == "new"
+    recovered.stop()
+
+
+def test_cleanup_events_round_trip_their_positions():
+    event = BatchCleanupEvent((1_000,), {0: ("input-0-5-2", "1-9"), 3: ("input-3-1-0", "x")})
+    assert decode_event(encode_event(event)) == event
+    assert decode_event(encode_event(BatchCleanupEvent((1_000,)))) == BatchCleanupEvent((1_000,))
+
+
+def test_a_cleanup_without_batches_still_logs_the_positions_before_cleaning_the_wal(tmp_path):
+    clock = ManualClock(1_000)
+    tracker = open_tracker(tmp_path, clock, False)
+    assert tracker.add_block(positioned(0, 5, 0, "p"))
+    tracker.allocate_blocks_to_batch(2_000)
+    tracker.cleanup_old_batches(3_000)  # forgets batch 2000
+    clock.advance(100_000)
+    tracker.cleanup_old_batches(clock.get_time_ms(), wait_for_completion=True)  # no batch
+    tracker.stop()
+    events = logged_events(tmp_path)
+    assert not [e for e in events if isinstance(e, BlockAdditionEvent)]
+    recovered = open_tracker(tmp_path, clock, False, recover=True)
+    assert recovered.accepted_position(0) == "p"
+    recovered.stop()

@@ -152,3 +152,39 @@ def test_each_union_batch_holds_every_streams_rows_by_column_name(spark):
     with pytest.raises(ConfigError, match=r"cannot union the batch 1000 of a transformed stream"):
         mismatch_op.run()
     assert DEFAULT_SCHEMA.equals(c.arrow_schema)
+
+
+def test_foreach_batch_passes_a_batch_id_to_a_function_of_three_parameters():
+    g = graph()
+    g.batch_interval_ms = 1000
+    s = g.receiver_stream(Quiet())
+    seen: list[tuple] = []
+
+    def with_id(df, batch_time_ms, batch_id):
+        seen.append(("three", batch_time_ms, batch_id))
+
+    class Sink:
+        def __call__(self, *args):
+            seen.append(("explicit", *args[1:]))
+
+    s.foreach_batch(lambda df, t: seen.append(("two", t)))  # the form of old
+    s.foreach_batch(with_id)
+    s.foreach_batch(Sink(), with_batch_id=True)  # *args: said explicitly
+    s.foreach_batch(
+        lambda df, t, extra=None: seen.append(("two again", t, extra)), with_batch_id=False
+    )
+    g.freeze("ACTIVE", lambda stream, t, blocks: object(), lambda i: {})
+    for op in g.generate_jobs(5000, {}):
+        op.run()
+    assert seen == [
+        ("two", 5000),
+        ("three", 5000, 5),
+        ("explicit", 5000, 5),
+        ("two again", 5000, None),
+    ]
+
+
+def test_foreach_batch_refuses_a_with_batch_id_that_is_not_a_bool():
+    s = graph().receiver_stream(Quiet())
+    with pytest.raises(ConfigError, match="with_batch_id"):
+        s.foreach_batch(lambda df, t: None, with_batch_id="yes")  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receiver.rate_limiter import RateLimiter
-from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.receiver import POSITION_KEY, Receiver
 from spark_receivers.receiver.schema import check_record, is_default, to_table
 
 
@@ -49,6 +49,8 @@ class HarnessSupervisor:
         self.rate_limiter = RateLimiter(max_rate)
         self.records: list[Any] = []
         self.reliable_batches: list[list[Any]] = []
+        self.positions: list[str] = []
+        """Every ``store(..., position=...)``'s position, in order (the driver's view)."""
         self.errors: list[str] = []
         self.restarts: list[str] = []
         self.stopped_with: str | None = None
@@ -81,6 +83,8 @@ class HarnessSupervisor:
             if reliable:
                 self.reliable_batches.append(list(records))
             self.records.extend(records)
+            if metadata and POSITION_KEY in metadata:
+                self.positions.append(metadata[POSITION_KEY])
             self._changed.notify_all()
 
     def push_table(self, data: Any, metadata: Any, reliable: bool) -> None:
@@ -111,6 +115,11 @@ class HarnessSupervisor:
         with self._changed:
             self.errors.append(message)
             self._changed.notify_all()
+
+    def accepted_position(self) -> str | None:
+        """The position of the last store with one, as the driver would answer."""
+        with self._changed:
+            return self.positions[-1] if self.positions else None
 
     def is_receiver_started(self) -> bool:
         return self._started

@@ -235,3 +235,95 @@ def test_include_timestamp_is_when_the_line_was_read(tmp_path, tail):
     assert receiver.schema.names == ["value", "timestamp"]
     (row,) = sup.wait_for(1)
     assert row["value"] == "a" and before <= row["timestamp"] <= datetime.now(UTC)
+
+
+class KilledBeforeSave(FileTailReceiver):
+    """Its offsets save fails after the first store: as if killed between the two."""
+
+    def _store_at(self, f, lines, offset, skipping):
+        super()._store_at(f, lines, offset, skipping)
+        self.stop_for_test = True
+
+    def _save_offsets(self):
+        if getattr(self, "stop_for_test", False):
+            raise ConnectionError("killed between store and offsets save")
+        super()._save_offsets()
+
+
+def restarted(first: HarnessSupervisor, receiver: FileTailReceiver) -> HarnessSupervisor:
+    """A new supervisor for a new receiver object whose driver kept ``first``'s positions."""
+    first.shutdown()
+    sup = HarnessSupervisor(receiver)
+    sup.positions = list(first.positions)
+    return sup.start()
+
+
+def test_a_batch_stored_before_the_offsets_save_is_not_stored_again(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    log = directory / "app.log"
+    append(log, "".join(f"line {i}\n" for i in range(100)))
+    first = KilledBeforeSave(str(directory), **FAST)
+    sup = HarnessSupervisor(first).start()
+    assert sup.wait_for(100) == [f"line {i}" for i in range(100)]
+    assert wait_until(lambda: sup.restarts, 5)
+    assert not os.path.exists(first.offsets_path)  # never saved
+    append(log, "".join(f"line {i}\n" for i in range(100, 150)))
+    second = FileTailReceiver(str(directory), **FAST)
+    sup2 = restarted(sup, second)
+    try:
+        assert sup2.wait_for(50) == [f"line {i}" for i in range(100, 150)]
+        assert wait_until(lambda: False, 0.2) is False
+        assert len(sup2.records) == 50  # no duplicates, no gap
+        assert second.resumed_from_driver == 1
+    finally:
+        sup2.shutdown()
+
+
+def test_a_batch_stored_before_the_save_then_a_rotation_is_read_once(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    log = directory / "app.log"
+    append(log, "a\nb\n")
+    setup = FileTailReceiver(str(directory), **FAST)  # a saved offset before the crash
+    sup0 = HarnessSupervisor(setup).start()
+    sup0.wait_for(2)
+    append(log, "".join(f"line {i}\n" for i in range(20)))
+    first = KilledBeforeSave(str(directory), **FAST)
+    sup = restarted(sup0, first)
+    assert sup.wait_for(20) == [f"line {i}" for i in range(20)]
+    assert wait_until(lambda: sup.restarts, 5)
+    append(log, "tail of the old file\n")
+    os.rename(log, directory / "app.log.1")  # rotated while the receiver was down
+    append(log, "first of the new file\n")
+    second = FileTailReceiver(str(directory), **FAST)
+    sup2 = restarted(sup, second)
+    try:
+        got = sup2.wait_for(2)
+        assert sorted(got) == ["first of the new file", "tail of the old file"]
+        assert wait_until(lambda: False, 0.3) is False
+        assert len(sup2.records) == 2
+    finally:
+        sup2.shutdown()
+
+
+def test_a_position_already_saved_changes_nothing(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    log = directory / "app.log"
+    append(log, "a\nb\n")
+    first = FileTailReceiver(str(directory), **FAST)
+    sup = HarnessSupervisor(first).start()
+    sup.wait_for(2)
+    with open(log, "w", encoding="utf-8") as f:  # truncated (copytruncate), offset saved as 0
+        f.write("")
+    assert wait_until(lambda: sup.errors, 5)
+    sup.shutdown()
+    append(log, "c\n")
+    second = FileTailReceiver(str(directory), **FAST)
+    sup2 = restarted(sup, second)  # its last position (offset 4) is an older commit
+    try:
+        assert sup2.wait_for(1) == ["c"]
+        assert second.resumed_from_driver == 0
+    finally:
+        sup2.shutdown()

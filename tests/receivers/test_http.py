@@ -20,11 +20,14 @@ from hypothesis import strategies as st
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import HttpReceiver
+from spark_receivers.receivers.http_idempotency import IdempotencyKeys, Seen
 from spark_receivers.receivers.http_server import ClientErrorLog
 
 
-def post(port, body: bytes, token=None, path="/ingest", timeout=10):
+def post(port, body: bytes, token=None, path="/ingest", timeout=10, key=None):
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST")
+    if key is not None:
+        request.add_header("Idempotency-Key", key)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -558,3 +561,82 @@ def test_expect_is_answered_only_for_an_admitted_request(make):
     status, answer = raw_exchange(port, request_bytes(b"c\n", {**good, b"Expect": b"100-continue"}))
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK")
     assert sup.records == ["c"]
+
+
+def test_a_repeated_idempotency_key_gets_the_first_answer_and_stores_nothing(make):
+    receiver, sup = make()
+    port = receiver.bound_port
+    status, headers, body = post(port, b"a\nb\n", key="order-1")
+    assert (status, body) == (200, {"stored": 2}) and "Idempotent-Replayed" not in headers
+    status, headers, body = post(port, b"a\nb\n", key="order-1")  # the client's retry
+    assert (status, body) == (200, {"stored": 2}) and headers["Idempotent-Replayed"] == "true"
+    assert post(port, b"c\n", key="order-2")[0] == 200  # another key is stored
+    assert post(port, b"c\n")[0] == 200  # no key: stored every time
+    assert sup.records == ["a", "b", "c", "c"]
+    assert receiver.idempotency.replayed == 1
+
+
+def test_a_refused_request_with_a_key_may_be_retried_and_stored(make):
+    receiver, sup = make()
+    sup.fail_stores = OSError("disk full")
+    assert post(receiver.bound_port, b"x\n", key="k")[0] == 503
+    sup.fail_stores = None
+    assert post(receiver.bound_port, b"x\n", key="k")[0:1] == (200,)
+    assert post(receiver.bound_port, b"x\n", key="k")[1]["Idempotent-Replayed"] == "true"
+    assert sup.records == ["x"]
+
+
+def test_a_key_whose_slow_store_got_a_429_is_replayed_once_the_store_ends(make):
+    receiver, sup = make(max_store_wait_s=0.3)
+    sup.store_delay_s = 1.0
+    assert post(receiver.bound_port, b"y\n", key="slow")[0] == 429  # the store goes on
+    status, headers, _ = post(receiver.bound_port, b"y\n", key="slow")
+    assert status == 409 and headers["Retry-After"] == "1"  # still being stored
+    assert wait_until(lambda: sup.records == ["y"], 10)
+    sup.store_delay_s = 0.0
+    assert wait_until(lambda: post(receiver.bound_port, b"y\n", key="slow")[0] == 200, 10)
+    assert sup.records == ["y"]
+
+
+def test_keys_are_forgotten_after_the_window_and_the_oldest_beyond_the_cap():
+    now = [100.0]
+    keys = IdempotencyKeys(window_s=60.0, max_keys=2, now=lambda: now[0])
+    for key in ("a", "b", "c"):  # "a" is dropped for "c" (at most 2 keys)
+        assert keys.begin(key) is None
+        keys.finish(key, {"stored": 1})
+    assert keys.begin("a") is None  # forgotten: stored again
+    keys.abandon("a")
+    assert keys.begin("c") == Seen({"stored": 1})
+    assert keys.begin("x") is None and keys.begin("x") == Seen(None, busy=True)
+    now[0] += 61.0  # the window passed
+    assert keys.begin("c") is None
+
+
+def test_the_last_stored_key_survives_a_restart_through_the_accepted_position(make):
+    port = free_port()
+    _, sup = make(port=port)
+    assert post(port, b"a\n", key="before-the-crash")[0] == 200
+    sup.shutdown()
+    # a new receiver object (a restarted task) whose driver kept the last position
+    again = HttpReceiver(host="127.0.0.1", port=port)
+    sup2 = HarnessSupervisor(again)
+    sup2.positions = list(sup.positions)
+    sup2.start()
+    try:
+        assert wait_until(lambda: again.bound_port is not None, 10)
+        status, headers, body = post(port, b"a\n", key="before-the-crash")
+        assert (status, body, headers["Idempotent-Replayed"]) == (200, {"stored": 1}, "true")
+        assert sup2.records == []
+    finally:
+        sup2.shutdown()
+
+
+def test_idempotency_options_and_overlong_keys_are_refused(make):
+    with pytest.raises(ConfigError, match="idempotency_window_s"):
+        HttpReceiver(idempotency_window_s=-1)
+    with pytest.raises(ConfigError, match="max_idempotency_keys"):
+        HttpReceiver(max_idempotency_keys=0)
+    receiver, sup = make()
+    status, _, body = post(receiver.bound_port, b"x\n", key="k" * 256)
+    assert status == 400 and "Idempotency-Key" in body["error"]
+    assert sup.records == []

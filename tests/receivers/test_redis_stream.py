@@ -306,3 +306,74 @@ def test_the_default_consumer_is_per_job_and_stream(tmp_path):
     named = RedisStreamReceiver("s", "g", consumer="mine")
     HarnessSupervisor(named, app_id="app-x")
     assert named.consumer_name == "mine"
+
+
+class DiesBeforeAck(RedisStreamReceiver):
+    """Stores a batch, then fails its ``XACK`` once: as if killed between the two."""
+
+    died = False
+
+    def _ack(self, client, ids):
+        if not DiesBeforeAck.died:
+            DiesBeforeAck.died = True
+            raise ConnectionError("killed between store and XACK")
+        super()._ack(client, ids)
+
+
+def test_a_batch_stored_but_not_acked_is_acked_after_the_restart_not_stored_again(
+    redis_url, client, names
+):
+    stream, group = names
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    add(client, stream, [f"e{i}" for i in range(25)])
+    DiesBeforeAck.died = False
+    receiver = DiesBeforeAck(stream, group, url=redis_url, batch=10, block_ms=100)
+    sup = run(receiver)
+    try:
+        add(client, stream, [f"f{i}" for i in range(25)])
+        assert wait_until(lambda: pending(client, stream, group) == 0 and len(sup.records) >= 50)
+        assert sup.restarts  # the failed XACK restarted it
+        assert sup.records == [f"e{i}" for i in range(25)] + [f"f{i}" for i in range(25)]
+        assert receiver.entries_already_stored == 10  # the first batch, acked at the restart
+        first, last = sup.positions[0].rpartition(" ")[2].split("..")
+        assert client.xrange(stream, first, last, count=20)[-1][1]["value"] == "e9"
+    finally:
+        sup.shutdown()
+
+
+def test_own_pending_entries_outside_the_accepted_range_are_stored(redis_url, client, names):
+    stream, group = names
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    ids = add(client, stream, [f"e{i}" for i in range(30)])
+    receiver = RedisStreamReceiver(stream, group, url=redis_url, block_ms=100, batch=100)
+    sup = HarnessSupervisor(receiver)
+    # An earlier life stored e0..e9 (the driver accepted that range), and read 20 in all.
+    sup.positions.append(receiver._source_tag() + f"{ids[0]}..{ids[9]}")
+    client.xreadgroup(group, receiver.consumer_name, {stream: ">"}, count=20)
+    sup.start()
+    try:
+        assert sup.wait_for(20) == [f"e{i}" for i in range(10, 30)]
+        assert wait_until(lambda: pending(client, stream, group) == 0, 5)
+        assert receiver.entries_already_stored == 10
+    finally:
+        sup.shutdown()
+
+
+def test_a_position_of_another_stream_is_ignored_and_the_entries_are_stored(
+    redis_url, client, names
+):
+    stream, group = names
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    ids = add(client, stream, [f"e{i}" for i in range(10)])
+    receiver = RedisStreamReceiver(stream, group, url=redis_url, block_ms=100)
+    sup = HarnessSupervisor(receiver)
+    # the checkpoint's last position was read from another stream (the job was changed)
+    other = receiver._source_tag().replace(stream, "another-stream")
+    sup.positions.append(other + f"{ids[0]}..{ids[9]}")
+    client.xreadgroup(group, receiver.consumer_name, {stream: ">"}, count=10)
+    sup.start()
+    try:
+        assert sup.wait_for(10) == [f"e{i}" for i in range(10)]  # not acked unstored
+        assert receiver.entries_already_stored == 0
+    finally:
+        sup.shutdown()

@@ -8,7 +8,7 @@ Structured Streaming block logs are defined with them, in
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_receivers.driver.structured import OffsetCommitEvent, OffsetRangeEvent
@@ -33,9 +33,15 @@ class BatchAllocationEvent:
 
 @dataclass(frozen=True)
 class BatchCleanupEvent:
-    """These batches completed and were forgotten."""
+    """These batches completed and were forgotten.
+
+    ``positions``: per stream, the last source position accepted when it was written and
+    the block that brought it (``[block id, position]``), so that cleaning the WAL
+    segments holding their addition events keeps them.
+    """
 
     batch_times_ms: tuple[int, ...]
+    positions: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 BlockTrackerEvent = (
@@ -62,8 +68,10 @@ def encode_event(event: BlockTrackerEvent) -> bytes:
                 "time": t,
                 "blocks": {str(s): [b.to_dict() for b in bs] for s, bs in blocks.items()},
             }
-        case BatchCleanupEvent(batch_times_ms=times):
+        case BatchCleanupEvent(batch_times_ms=times, positions=positions):
             body = {"t": "clean", "times": list(times)}
+            if positions:
+                body["positions"] = {str(s): list(p) for s, p in positions.items()}
         case OffsetRangeEvent(stream_id=s, start=start, blocks=blocks, written_ms=w):
             body = {
                 "t": "range",
@@ -91,7 +99,10 @@ def decode_event(data: bytes) -> BlockTrackerEvent:
             blocks = {int(s): tuple(_info(b) for b in bs) for s, bs in body["blocks"].items()}
             return BatchAllocationEvent(int(body["time"]), blocks)
         if kind == "clean":
-            return BatchCleanupEvent(tuple(int(t) for t in body["times"]))
+            positions = {
+                int(s): (str(b), str(p)) for s, (b, p) in body.get("positions", {}).items()
+            }
+            return BatchCleanupEvent(tuple(int(t) for t in body["times"]), positions)
         if kind == "range":
             return OffsetRangeEvent(
                 int(body["stream"]),

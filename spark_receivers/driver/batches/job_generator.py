@@ -140,6 +140,9 @@ class JobGenerator:
         self._released.set()
         self._dropping = False  # a stop at once: held batches are dropped, not run
         self._last_completed_ms = -1
+        self._failed: set[int] = set()
+        """Batches that failed in this run: pending for the checkpoint and for cleanup, so
+        that a restart runs them again even when later batches completed."""
         self.drain_timeout_s = 3600.0
         self.batches_completed = 0
         self.records_processed_by_batches = 0
@@ -167,7 +170,9 @@ class JobGenerator:
         last_completed = recovery.last_completed_batch_ms
         self._last_completed_ms = last_completed
         allocated = self._block_tracker.allocated_batch_times()
-        rerun = {t for t in recovery.pending_batch_ms if t > last_completed}
+        # Every batch pending at the checkpoint (one that failed may be older than the
+        # last completed one: later batches completed while the context was failing).
+        rerun = set(recovery.pending_batch_ms)
         rerun.update(t for t in allocated if t > last_completed)
         # Every grid time after the newest batch the checkpoint or the WAL knows.
         known = max([last_completed, *recovery.pending_batch_ms, *allocated])
@@ -195,7 +200,8 @@ class JobGenerator:
     def _write_checkpoint(self) -> None:
         with self._checkpoint_lock:
             with self._lock:
-                last, pending = self._last_completed_ms, sorted(self._pending)
+                last = self._last_completed_ms
+                pending = sorted(self._pending.keys() | self._failed)
             try:
                 self._hooks.write_checkpoint(last, pending)
             except Exception:
@@ -271,7 +277,9 @@ class JobGenerator:
     ) -> None:
         with self._lock:
             self._pending.pop(t, None)
-            threshold = min(self._pending, default=t + 1)
+            if not succeeded:
+                self._failed.add(t)
+            threshold = min([*self._pending, *self._failed], default=t + 1)
             if succeeded:
                 self._last_completed_ms = max(self._last_completed_ms, t)
                 self.batches_completed += 1
@@ -350,4 +358,5 @@ def stream_input_info(stream_id: int, blocks: list[ReceivedBlockInfo]) -> Stream
         sum(b.size_bytes for b in blocks),
         tuple(kept),
         len(metadata) - len(kept),
+        next((b.position for b in reversed(blocks) if b.position is not None), None),
     )

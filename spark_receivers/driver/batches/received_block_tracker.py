@@ -22,6 +22,13 @@ Replay tolerates what the WAL may hand back twice or after a failed write
   again): the later event is what happened, and the block is taken out of the
   earlier batch.
 
+Source positions (``ReceivedBlockInfo.position``) are remembered per stream as their
+blocks are added: :meth:`ReceivedBlockTracker.accepted_position` is the newest one,
+rebuilt on replay from the addition events and from the cleanup events, which carry
+every stream's position so that cleaning the WAL never forgets one. The newest is the
+one of the newest block (by its id's session and counter), whatever the order the
+events have in the WAL (a cleanup event may follow the addition of a newer block).
+
 Streams read by Structured Streaming (``offset_stream_ids``) never go to batches:
 their blocks go to the block logs of :mod:`spark_receivers.driver.structured`
 (``tracker.logs``), which share this tracker's lock, queues and WAL.
@@ -44,7 +51,7 @@ from spark_receivers.driver.batches.block_events import (
     encode_event,
 )
 from spark_receivers.driver.structured import BlockLogs, OffsetCommitEvent, OffsetRangeEvent
-from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.rpc.messages import ReceivedBlockInfo, StreamBlockId
 from spark_receivers.util.clock import Clock, SystemClock
 from spark_receivers.wal.base import WriteAheadLog
 from spark_receivers.wal.batched_log import BatchedWriteAheadLog
@@ -142,6 +149,8 @@ class ReceivedBlockTracker:
         }
         self._allocated: dict[int, dict[int, tuple[ReceivedBlockInfo, ...]]] = {}
         self._last_allocated_ms = -1
+        self._positions: dict[int, tuple[str, str]] = {}
+        """Stream id -> (block id, position) of its newest block with a position."""
         self.recovered_events = 0
         self.logs = BlockLogs(
             offset_ids,
@@ -203,8 +212,25 @@ class ReceivedBlockTracker:
                     if info.stream_id in self.logs:
                         self.logs.block_queued(info.stream_id, before_ms)
                     self._unallocated[info.stream_id].append(info)
+                    self._note_position(info)
                 self.allocation_changed.notify_all()
         return ok
+
+    def accepted_position(self, stream_id: int) -> str | None:
+        """The position of the newest block of ``stream_id`` added with one (None: none)."""
+        with self._lock:
+            newest = self._positions.get(stream_id)
+            return None if newest is None else newest[1]
+
+    def _note_position(self, info: ReceivedBlockInfo) -> None:
+        if info.position is not None:
+            self._keep_newest(info.stream_id, info.block_id, info.position)
+
+    def _keep_newest(self, stream_id: int, block_id: str, position: str) -> None:
+        # Under the lock. Block ids order a stream's blocks: session (start ms), counter.
+        old = self._positions.get(stream_id)
+        if old is None or _order(block_id) >= _order(old[0]):
+            self._positions[stream_id] = (block_id, position)
 
     def allocate_blocks_to_batch(self, batch_time_ms: int) -> None:
         """Move every unallocated block to the batch at ``batch_time_ms``.
@@ -300,7 +326,10 @@ class ReceivedBlockTracker:
         """
         with self._lock:
             times = tuple(t for t in sorted(self._allocated) if t < threshold_ms)
-            if times and not self._write(BatchCleanupEvent(times)):
+            # With positions, always logged: the WAL segments cleaned below may hold the
+            # last event that carried them.
+            positions = dict(self._positions)
+            if (times or positions) and not self._write(BatchCleanupEvent(times, positions)):
                 return
             for t in times:
                 self._allocated.pop(t, None)
@@ -353,6 +382,7 @@ class ReceivedBlockTracker:
                 else:
                     known[info.block_id] = None
                     self._unallocated[info.stream_id].append(info.without_store())
+                    self._note_position(info)
             case BatchAllocationEvent(batch_time_ms=t, blocks=blocks):
                 recovered: dict[int, tuple[ReceivedBlockInfo, ...]] = {}
                 for s, infos in blocks.items():
@@ -367,9 +397,12 @@ class ReceivedBlockTracker:
                     recovered[s] = tuple(b.without_store() for b in infos)
                 self._allocated[t] = recovered
                 self._last_allocated_ms = max(self._last_allocated_ms, t)
-            case BatchCleanupEvent(batch_times_ms=times):
+            case BatchCleanupEvent(batch_times_ms=times, positions=positions):
                 for t in times:
                     self._allocated.pop(t, None)
+                for s, (block_id, position) in positions.items():
+                    if s in self._unallocated:
+                        self._keep_newest(s, block_id, position)
             case OffsetRangeEvent() | OffsetCommitEvent():
                 self.logs.replay(event, known)
 
@@ -387,3 +420,9 @@ class ReceivedBlockTracker:
             later,
         )
         batch[stream_id] = tuple(b for b in batch.get(stream_id, ()) if b.block_id != block_id)
+
+
+def _order(block_id: str) -> tuple[int, int]:
+    """(session, counter) of a block id: the order its receiver stored it in."""
+    parsed = StreamBlockId.parse(block_id)
+    return parsed.session, parsed.seq

@@ -17,6 +17,7 @@ frozen lists.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from spark_receivers.errors import ConfigError, StateError
 from spark_receivers.receiver.schema import as_arrow_schema
 from spark_receivers.stream import (
     BatchFunction,
+    BatchFunctionWithId,
     DataFrameStream,
     ReceiverInputStream,
     StructuredReceiverStream,
@@ -61,6 +63,8 @@ class StreamGraph:
         self._reader: BatchReader | None = None
         self._source_options: SourceOptions | None = None
         self._lock = threading.Lock()
+        self.batch_interval_ms = 1
+        """The batch interval batch ids count in (set by the context at start)."""
 
     # --- building (before start) ---------------------------------------------------
 
@@ -111,6 +115,23 @@ class StreamGraph:
             msg = "this stream belongs to another streaming context"
             raise ConfigError(msg)
         self._outputs.append((stream, fn, name))
+
+    def with_batch_id(self, fn: BatchFunctionWithId) -> BatchFunction:
+        """``fn(df, batch_time_ms, batch_id)`` as an output operation (see :meth:`batch_id`)."""
+
+        @functools.wraps(fn)
+        def run(df: DataFrame, batch_time_ms: int) -> None:
+            fn(df, batch_time_ms, self.batch_id(batch_time_ms))
+
+        return run
+
+    def batch_id(self, batch_time_ms: int) -> int:
+        """``batch_time_ms // batch_interval_ms``: the progress's ``batchId``, kept on a redo.
+
+        The interval is set by the context at start (:attr:`batch_interval_ms`; a context
+        restarted from its checkpoint has the checkpoint's).
+        """
+        return batch_time_ms // self.batch_interval_ms
 
     def _next_stream_id(self, receiver: Receiver) -> int:
         self._require_building("add a receiver stream")

@@ -64,6 +64,8 @@ class StreamInputInfo:
     ``metadata`` holds the ``metadata`` the receiver passed to ``store()`` with the
     batch's blocks, in block order (blocks stored without any are left out; at most
     :data:`MAX_METADATA_PER_STREAM`, ``metadata_omitted`` counts the rest).
+    ``position``: the source position of the batch's last block stored with one
+    (``store(..., position=...)``), None if none was.
     """
 
     stream_id: int
@@ -72,6 +74,7 @@ class StreamInputInfo:
     size_bytes: int = 0
     metadata: tuple[dict[str, Any], ...] = ()
     metadata_omitted: int = 0
+    position: str | None = None
 
 
 MAX_METADATA_PER_STREAM = 100

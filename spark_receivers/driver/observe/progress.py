@@ -123,6 +123,7 @@ class ProgressRecorder(StreamingListener):
                     end_offset=metadata[-1] if metadata else None,
                     metadata=metadata,
                     metadata_omitted=inputs.metadata_omitted if inputs else 0,
+                    position=inputs.position if inputs else None,
                 )
             )
         operations = tuple(

@@ -86,6 +86,8 @@ class SourceProgress:
     """The ``store()`` metadata of its last block in the batch that had some."""
     metadata: tuple[dict[str, Any], ...] = ()
     metadata_omitted: int = 0
+    position: str | None = None
+    """The source position of the stream's last block in the batch stored with one."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object, with ``SourceProgress`` field names."""
@@ -101,6 +103,7 @@ class SourceProgress:
             "streamId": self.stream_id,
             "metadata": [dict(x) for x in self.metadata],
             "metadataOmitted": self.metadata_omitted,
+            "position": self.position,
         }
 
 

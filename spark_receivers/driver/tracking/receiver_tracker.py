@@ -311,6 +311,9 @@ class ReceiverTracker:
                 return self._add_blocks((info,))[0]
             case m.AddBlocks(block_infos=infos):
                 return self._add_blocks(infos)
+            case m.GetAcceptedPosition(stream_id=sid):
+                self._known(sid)
+                return self._block_tracker.accepted_position(sid)
             case m.RegisterReceiver():
                 return self._register(message)
             case m.DeregisterReceiver(stream_id=sid, message=text, error=error, bad_record=bad):
