@@ -11,6 +11,7 @@ tests that a worker runs after this file see a classic process again.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -22,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
+from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
+from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
 from spark_receivers.testing import SequenceReceiver
 
@@ -93,20 +96,12 @@ def start_connect_server(log: Path, master: str = "local[3]") -> tuple[subproces
 
 
 @pytest.fixture(scope="module")
-def connect(tmp_path_factory):
-    """One Connect session (server + client) for the file; both stopped at the end."""
-    saved = {key: os.environ.get(key) for key in CONNECT_ENV}
+def connect_server(tmp_path_factory):
+    """The file's one Connect server: its ``sc://`` URL; stopped at the end."""
     log = tmp_path_factory.mktemp("connect") / "server.log"
     proc, port = start_connect_server(log)
     try:
-        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
-
-        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # what builder.remote() sets
-        spark = RemoteSparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
-        try:
-            yield spark
-        finally:
-            spark.stop()
+        yield f"sc://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:
@@ -114,6 +109,22 @@ def connect(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def connect(connect_server):
+    """The file's one Connect client session; the process's environment restored after."""
+    saved = {key: os.environ.get(key) for key in CONNECT_ENV}
+    try:
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # what builder.remote() sets
+        spark = RemoteSparkSession.builder.remote(connect_server).getOrCreate()
+        try:
+            yield spark
+        finally:
+            spark.stop()
+    finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -181,3 +192,31 @@ def test_custom_and_socket_receivers_deliver_every_record_once(connect):
     assert counted == {"custom": len(records), "socket": sent}
     ours = [t.name for t in threading.enumerate() if t.name.startswith("receiver-launcher")]
     assert ours == []
+
+
+def test_the_demo_runs_through_connect(connect_server):
+    """``spark-receivers demo --remote``: its own Connect client in a process of its own."""
+    cli = Path(sys.executable).parent / "spark-receivers"
+    env = {k: v for k, v in os.environ.items() if k not in CONNECT_ENV}
+    done = subprocess.run(
+        [str(cli), "demo", "--remote", connect_server, "--seconds", "15s", "--no-ui", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["ok"] is True
+    assert summary["records_processed"] == summary["records_sent"] > 0
+
+
+def test_remote_flags_are_checked_without_spark():
+    settings = spark_settings("x", None, ["spark.receivers.batch.cache=false"], remote="sc://h:1")
+    assert settings.remote == settings.master == "sc://h:1"
+    assert settings.conf_dict["spark.receivers.batch.cache"] == "false"
+    with pytest.raises(ConfigError, match="sc://HOST:PORT"):
+        spark_settings("x", None, [], remote="h:15002")
+    with pytest.raises(ConfigError, match="--master"):
+        spark_settings("x", "spark://m:7077", [], remote="sc://h:1")
