@@ -73,7 +73,7 @@ def _local_cores(master: str) -> int | None:
         return 1
     if m is None:
         return None
-    return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
 
 
 class SparkSide:

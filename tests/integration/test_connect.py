@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
+from spark_receivers import GeneratorReceiver, LineSource, SocketTextReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ConfigError
@@ -74,6 +74,10 @@ def start_connect_server(log: Path, master: str = "local[3]") -> tuple[subproces
         "spark.sql.shuffle.partitions=4",
         "--conf",
         f"spark.pyspark.python={sys.executable}",
+        # A Python worker that connects back late on a busy machine (the planner of a
+        # Python streaming source is a worker of its own).
+        "--conf",
+        "spark.python.authenticate.socketTimeout=120s",
     ]
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
     for key in CONNECT_ENV:
@@ -220,3 +224,19 @@ def test_remote_flags_are_checked_without_spark():
         spark_settings("x", None, [], remote="h:15002")
     with pytest.raises(ConfigError, match="--master"):
         spark_settings("x", "spark://m:7077", [], remote="sc://h:1")
+
+
+def test_a_structured_stream_is_refused_at_start_on_connect(connect):
+    ssc = StreamingContext(connect, 1000)
+    ssc.structured_stream(GeneratorReceiver(rate=100, total=10))
+    with pytest.raises(ConfigError, match="structured_stream is not supported on Spark Connect"):
+        ssc.start()
+    assert ssc.state.name == "INITIALIZED"  # nothing started
+
+
+@pytest.mark.timeout(600)
+def test_get_or_create_recovers_after_a_kill_9_of_the_connect_client(connect_server, tmp_path):
+    """tests/integration/test_driver_crash.py's scenario, its driver a Connect client."""
+    from test_driver_crash import crash_and_recover
+
+    crash_and_recover(tmp_path, ("--remote", connect_server))
