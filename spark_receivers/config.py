@@ -361,9 +361,14 @@ def spark_conf_of(spark: Any) -> dict[str, str]:
     """The Spark conf a context reads: the static conf, then runtime ``spark.conf`` values.
 
     Runtime values (``spark.conf.set``) win over the static conf the application
-    started with; only our keys are asked for.
+    started with; only our keys are asked for. A Spark Connect session has no
+    SparkContext: its session conf, which holds the static conf too, is read instead
+    (``spark_receivers/spark/session_kind.py``).
     """
-    conf = dict(spark.sparkContext.getConf().getAll())
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        conf = {str(k): str(v) for k, v in spark.conf.getAll.items()}
+    else:
+        conf = dict(spark.sparkContext.getConf().getAll())
     runtime = spark.conf
     for conf_key in StreamingConfig.spark_keys():
         try:

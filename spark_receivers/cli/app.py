@@ -52,6 +52,13 @@ def _version() -> str:
 def _spark_flags(p: argparse.ArgumentParser, master_default: str | None, master_help: str) -> None:
     p.add_argument("--master", default=master_default, help=master_help)
     p.add_argument(
+        "--remote",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="run on a Spark Connect server (pip install 'spark-receivers[connect]'); the "
+        "driver's parts run here and the server's executors must reach this machine",
+    )
+    p.add_argument(
         "--conf",
         action="append",
         default=[],

@@ -49,7 +49,13 @@ def run(
     if not math.isfinite(args.rate) or args.rate <= 0:
         msg = f"--rate must be a finite number of lines/s > 0, got {args.rate!r}"
         raise ConfigError(msg)
-    settings = spark_settings("spark-receivers-demo", args.master, args.conf, ui=not args.no_ui)
+    settings = spark_settings(
+        "spark-receivers-demo",
+        args.master,
+        args.conf,
+        ui=not args.no_ui,
+        remote=getattr(args, "remote", None),
+    )
     settings, page_warning = without_unavailable_status_page(settings)
     local = is_local(settings.master)
     out = sys.stdout
@@ -81,7 +87,7 @@ def _word_count(
     from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
 
     # On a cluster the executors connect to the source: it listens where they reach the driver.
-    master = spark.sparkContext.master or ""
+    master = spark.conf.get("spark.master", "") or ""
     host = "127.0.0.1" if is_local(master) else spark.conf.get("spark.driver.host", "127.0.0.1")
     source = LineSource(host=host or "127.0.0.1", rate=rate).start()
     ssc = StreamingContext(spark, batch_interval_ms=interval_ms)

@@ -45,6 +45,7 @@ from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.tracking.receiver_launcher import check_local_cores
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.rpc.hosts import local_host
+from spark_receivers.spark.session_kind import spark_side
 from spark_receivers.util.durations import parse_duration, parse_duration_ms
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ def plan_ingest(args: argparse.Namespace) -> IngestPlan:
         args.conf,
         ui=not args.no_ui,
         deploy_mode=args.deploy_mode,
+        remote=getattr(args, "remote", None),
     )
     config = StreamingConfig.from_spark_conf(settings.conf_dict)  # --conf keys of ours, checked
     checkpoint = args.checkpoint or config.checkpoint_dir or None
@@ -270,7 +272,7 @@ def _settle(
     running = progress.running()
     if not running:
         return
-    spark.sparkContext.cancelAllJobs()
+    spark_side(spark).cancel_all()
     deadline = time.monotonic() + SETTLE_BOUND_S
     while set(status().pending_batches_ms) & running and time.monotonic() < deadline:
         time.sleep(0.2)  # no event tells when a batch thread of a stopped context ends

@@ -6,6 +6,11 @@ Settings are parsed and checked without Spark (:func:`spark_settings`); only
 (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), else ``local[4]``; the Spark UI
 and our status page (``spark.receivers.ui.*``) are on unless ``--no-ui``;
 ``SPARK_LOCAL_IP`` is left as the environment has it.
+
+``--remote sc://HOST:PORT`` joins a Spark Connect server instead (no JVM here): the
+server's own settings give the master and Spark's static keys; the ``--conf`` entries are
+sent as the session's conf (those the server cannot change at run time are ignored by
+pyspark's Connect client).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class SparkSettings:
     master: str
     conf: tuple[tuple[str, str], ...]
     """Every ``--conf``, then the defaults the command adds (each only if not given)."""
+    remote: str = ""
+    """The Spark Connect URL (``sc://HOST:PORT``) of ``--remote``; '' for a classic session."""
 
     @property
     def conf_dict(self) -> dict[str, str]:
@@ -97,10 +104,13 @@ def spark_settings(
     ui: bool = True,
     deploy_mode: str = "client",
     environ: Mapping[str, str] | None = None,
+    remote: str | None = None,
 ) -> SparkSettings:
     """Check the Spark flags and resolve the master (see the module doc); no Spark."""
     env = os.environ if environ is None else environ
     conf = parse_conf(conf_items)
+    if remote is not None:
+        return _remote_settings(app_name, remote, master, conf, ui)
     if deploy_mode != "client":
         msg = (
             f"--deploy-mode {deploy_mode} is not supported: this command is the driver "
@@ -143,6 +153,26 @@ def spark_settings(
     return SparkSettings(app_name, master, tuple(merged.items()))
 
 
+def _remote_settings(
+    app_name: str, remote: str, master: str | None, conf: dict[str, str], ui: bool
+) -> SparkSettings:
+    """The settings of ``--remote``: the URL, and ``--conf`` sent as the session's conf."""
+    if not remote.startswith("sc://") or len(remote) <= len("sc://"):
+        msg = f"--remote must be a Spark Connect URL sc://HOST:PORT, got {remote!r}"
+        raise ConfigError(msg)
+    if (master is not None and master != DEFAULT_MASTER) or "spark.master" in conf:
+        msg = (
+            "--remote and --master (or --conf spark.master) disagree: the Spark Connect "
+            "server's master is set where the server starts (start-connect-server.sh --master)"
+        )
+        raise ConfigError(msg)
+    if not ui and conf.get("spark.receivers.ui.enabled", "false") != "false":
+        msg = "--no-ui and --conf spark.receivers.ui.enabled=true disagree"
+        raise ConfigError(msg)
+    merged = {"spark.receivers.ui.enabled": "true" if ui else "false", **conf}
+    return SparkSettings(app_name, remote, tuple(merged.items()), remote=remote)
+
+
 def without_unavailable_status_page(settings: SparkSettings) -> tuple[SparkSettings, str]:
     """The settings with the status page off when aiohttp cannot be imported, and why.
 
@@ -164,7 +194,17 @@ def without_unavailable_status_page(settings: SparkSettings) -> tuple[SparkSetti
 
 
 def start_spark(settings: SparkSettings, log_level: str = "ERROR") -> SparkSession:
-    """Start (or join) the session; the one place a command starts a JVM."""
+    """Start (or join) the session; the one place a command starts a JVM.
+
+    With ``--remote`` no JVM starts here: a Spark Connect client session joins the server.
+    """
+    if settings.remote:
+        from pyspark.sql import SparkSession as Session
+
+        remote = Session.builder.remote(settings.remote)
+        for key, value in settings.conf:
+            remote = remote.config(key, value)
+        return remote.getOrCreate()
     if is_local(settings.master) and "spark.pyspark.python" not in settings.conf_dict:
         # Local Python workers run this interpreter (on a cluster, the executors' own).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spark_receivers.errors import ConfigError
+from spark_receivers.spark.session_kind import is_connect
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,6 +107,13 @@ def _default_location(spark: SparkSession, name: str) -> str:
 
 def _mkdirs(spark: SparkSession, location: str) -> None:
     """Create the location through Hadoop's filesystem (RECOVER PARTITIONS needs it)."""
+    if is_connect(spark):
+        msg = (
+            f"sink table: creates its table's directory {location} through Hadoop's "
+            "FileSystem, which a Spark Connect client cannot reach; create the table first "
+            "(it is then reused), or use the sink parquet:DIR or format:NAME with --remote"
+        )
+        raise ConfigError(msg)
     sc = spark.sparkContext
     jvm = sc._jvm
     assert jvm is not None

@@ -17,6 +17,10 @@ either returns what the context runs with or raises one
    files it cannot read, a bind address it cannot bind or a driver it cannot
    reach fail here, saying what to pass — never a ``ModuleNotFoundError`` deep in
    a task log while the stream processes nothing.
+
+On Spark Connect (:mod:`spark_receivers.spark.session_kind`) the same steps run through
+DataFrame jobs: the probe's tasks land wherever Connect puts them (no preferred
+locations), and the package is shipped with ``addArtifacts(pyfile=True)``.
 """
 
 from __future__ import annotations
@@ -33,17 +37,15 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spark_receivers.config import LOCAL_BLOCK_STORE_MEMORY, StreamingConfig
 from spark_receivers.config_checks import parse_size
 from spark_receivers.errors import ConfigError
 from spark_receivers.rpc.hosts import EndpointNetwork, check_bindable, driver_network
 from spark_receivers.spark import executor_probe
-from spark_receivers.spark.cluster import is_local_master, located_rdd
-
-if TYPE_CHECKING:
-    from pyspark import SparkContext
+from spark_receivers.spark.cluster import is_local_master
+from spark_receivers.spark.session_kind import SparkSide, spark_side
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class Deployment:
     driver: EndpointNetwork
     shipped: str | None = None
     """The zip shipped with ``addPyFile`` (None when executors had the package)."""
+    side: SparkSide | None = None
+    """The session's side (classic or Spark Connect) the context runs its jobs through."""
 
 
 def package_version() -> str:
@@ -117,8 +121,12 @@ def _size(conf: dict[str, str], key: str, default_unit: str, default: str = "0")
     return parse_size(raw + default_unit if raw.isdigit() else raw, key)
 
 
-def prepare(sc: SparkContext, config: StreamingConfig, conf: dict[str, str]) -> Deployment:
-    """Settle the network, the memory budget and the executors (see the module doc)."""
+def prepare(spark: Any, config: StreamingConfig, conf: dict[str, str]) -> Deployment:
+    """Settle the network, the memory budget and the executors (see the module doc).
+
+    ``spark``: the SparkSession (classic or Spark Connect), its SparkContext or its side.
+    """
+    side = spark_side(spark)
     network = driver_network(config, conf)
     check_bindable(
         network.bind_host,
@@ -127,8 +135,8 @@ def prepare(sc: SparkContext, config: StreamingConfig, conf: dict[str, str]) -> 
         else "spark.driver.bindAddress (or spark.driver.host)",
     )
     _check_tls_files(config, "the driver")
-    _check_driver_python(getattr(sc, "pythonExec", None) or "")
-    master = sc.master or ""
+    _check_driver_python(side.python_exec)
+    master = side.master
     if config.block_store_memory_bytes == 0:
         budget = (
             LOCAL_BLOCK_STORE_MEMORY
@@ -139,8 +147,8 @@ def prepare(sc: SparkContext, config: StreamingConfig, conf: dict[str, str]) -> 
         log.info("block store memory per receiver: %d MiB", budget >> 20)
     shipped = None
     if not is_local_master(master) and config.ship_package != "off":
-        shipped = _prepare_executors(sc, config, network)
-    return Deployment(config, network, shipped)
+        shipped = _prepare_executors(side, config, network)
+    return Deployment(config, network, shipped, side)
 
 
 def _tls_files(config: StreamingConfig) -> dict[str, str]:
@@ -183,26 +191,26 @@ def _check_driver_python(python: str) -> None:
 
 
 def _prepare_executors(
-    sc: SparkContext, config: StreamingConfig, network: EndpointNetwork
+    side: SparkSide, config: StreamingConfig, network: EndpointNetwork
 ) -> str | None:
     from spark_receivers.driver.tracking.receiver_launcher import (
         alive_executors,
         wait_for_executors,
     )
 
-    wait_for_executors(sc)
-    executors = [loc for loc in alive_executors(sc) if loc.executor_id != "driver"]
+    wait_for_executors(side)
+    executors = [loc for loc in alive_executors(side) if loc.executor_id != "driver"]
     if not executors:
         return None
-    reports = _probe(sc, config, network, executors)
+    reports = _probe(side, config, network, executors)
     want = package_version()
     stale = [r for r in reports if r["package_origin"] is None or r["package_version"] != want]
     shipped = None
     if stale:
         if config.ship_package != "auto":
             raise ConfigError(_package_message(stale, want, shipped=False))
-        shipped = _ship(sc)
-        reports = _probe(sc, config, network, executors)
+        shipped = _ship(side)
+        reports = _probe(side, config, network, executors)
         stale = [r for r in reports if r["package_version"] != want]
         if stale:
             raise ConfigError(_package_message(stale, want, shipped=True))
@@ -211,7 +219,7 @@ def _prepare_executors(
 
 
 def _probe(
-    sc: SparkContext,
+    side: SparkSide,
     config: StreamingConfig,
     network: EndpointNetwork,
     executors: list[Any],
@@ -229,10 +237,10 @@ def _probe(
         }
         accept = threading.Thread(target=_accept_all, args=(listener,), daemon=True)
         accept.start()
-        rdd = located_rdd(sc, [(i, [loc]) for i, loc in enumerate(executors)])
+        items = [(i, [loc]) for i, loc in enumerate(executors)]
         func = functools.partial(executor_probe.probe, settings)
         try:
-            reports = rdd.mapPartitions(func).collect()
+            reports, _ = side.run_located(items, func, strict=False)
         except Exception as e:
             msg = (
                 f"the executors could not run the start-up probe of spark-receivers: "
@@ -371,14 +379,14 @@ def _enclosing_zip(path: Path) -> Path | None:
     return None
 
 
-def _ship(sc: SparkContext) -> str:
+def _ship(side: SparkSide) -> str:
     """``addPyFile`` a zip of this package, once per application."""
-    app = sc.applicationId
+    app = side.app_id
     with _ship_lock:
         if app in _shipped:
             return _shipped[app]
         path = package_zip()
-        sc.addPyFile(path)
+        side.add_py_file(path)
         _shipped[app] = path
     log.warning(
         "executors lack spark_receivers %s: shipped %s with addPyFile",

@@ -67,6 +67,7 @@ from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.spark import block_source, stream_source
 from spark_receivers.spark.block_fetch import lost_blocks_in
+from spark_receivers.spark.session_kind import spark_side
 from spark_receivers.util.clock import Clock
 from spark_receivers.wal.layout import CheckpointLayout
 
@@ -78,7 +79,8 @@ log = logging.getLogger(__name__)
 __all__ = ["JobScheduler", "LauncherFactory"]
 
 LauncherFactory = Callable[..., ReceiverLauncher]
-"""Makes the launcher: ``(sc, specs, restart_delay_ms, on_fatal, clock)``."""
+"""Makes the launcher: ``(side, specs, restart_delay_ms, on_fatal, clock)`` (``side``: the
+session's :class:`~spark_receivers.spark.session_kind.SparkSide`)."""
 
 OFFSET_STREAM_DRAIN_S = 0.5
 """How long a structured stream's receiver serves blocks after it stops when its blocks
@@ -110,6 +112,7 @@ class JobScheduler:
         client_factory: ClientFactory | None = None,
     ) -> None:
         self._spark = spark
+        self._side = spark_side(spark)
         self._launcher_factory = launcher_factory or ReceiverLauncher
         self._client_factory = client_factory or (
             lambda address: EndpointClient(address, self._secret, tls=config.tls)
@@ -132,7 +135,7 @@ class JobScheduler:
             secret,
             self._checkpoint_dir,
             block_source.default_read_partitions(
-                spark.sparkContext, len(graph.inputs), config.batch_read_partitions
+                self._side, len(graph.inputs), config.batch_read_partitions
             ),
             config.batch_cache,
             config.lost_block_policy,
@@ -201,14 +204,14 @@ class JobScheduler:
                 s: {"receiver_drain_timeout_s": OFFSET_STREAM_DRAIN_S} for s in graph.structured_ids
             }
         self.launcher = self._launcher_factory(
-            self._spark.sparkContext,
+            self._side,
             task_specs(
                 graph.receivers,
                 self._endpoint.address,
                 self._secret,
                 cfg.as_dict(),
                 overrides,
-                app_id=self._spark.sparkContext.applicationId,
+                app_id=self._side.app_id,
             ),
             cfg.receiver_restart_delay_ms,
             self.fail,
@@ -233,7 +236,7 @@ class JobScheduler:
                 self._bus.add(controller)
         self._checkpoints = CheckpointStore(self._layout) if self._layout else None
         self.job_generator = JobGenerator(
-            self._spark.sparkContext,
+            self._side,
             self._interval_ms,
             self.block_tracker,
             self,
@@ -250,7 +253,7 @@ class JobScheduler:
             self.launcher.wait_for_executors()
             address = self._endpoint.address
             self._keeper_starter = keeper_starter(
-                self._spark, graph.receivers, cfg, self.keepers, address, self._secret
+                self._side, graph.receivers, cfg, self.keepers, address, self._secret
             )
         if graph.batched_ids:
             self._batches.warm_up(self._network, cfg.warm_up_timeout_s)
@@ -430,8 +433,7 @@ class JobScheduler:
                 return
             self._stopped = True
             self._stopping_at_once = not graceful
-        sc = self._spark.sparkContext
-        sc.cancelJobGroup(WARM_UP_JOB_GROUP)
+        self._side.cancel_job_group(WARM_UP_JOB_GROUP)
         tracker = self.receiver_tracker
         left_s = self._receiver_start_left_s() if graceful else 0.0
         if left_s > 0 and not tracker.wait_receivers_started(left_s):

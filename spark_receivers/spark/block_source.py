@@ -28,7 +28,6 @@ from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.spark.cluster import is_local_master
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -177,7 +176,7 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(BlockDataSource)
 
 
-def default_read_partitions(sc: SparkContext, receivers: int, configured: int = 0) -> int:
+def default_read_partitions(sc: Any, receivers: int, configured: int = 0) -> int:
     """Read tasks per stream and batch: ``configured`` (``batch_read_partitions``), or one wave.
 
     This is the most a batch gets: the batch reader gives a small batch fewer
@@ -190,8 +189,11 @@ def default_read_partitions(sc: SparkContext, receivers: int, configured: int = 
     """
     if configured:
         return configured
-    free = sc.defaultParallelism - receivers
-    if is_local_master(sc.master or ""):
+    from spark_receivers.spark.session_kind import spark_side
+
+    side = spark_side(sc)
+    free = side.default_parallelism() - receivers
+    if is_local_master(side.master):
         free = min(free, os.cpu_count() or 1)
     return max(1, free)
 
@@ -219,7 +221,9 @@ def blocks_dataframe(
     if not blocks:
         return spark.createDataFrame([], schema)
     if max_partitions is None:
-        max_partitions = spark.sparkContext.defaultParallelism
+        from spark_receivers.spark.session_kind import spark_side
+
+        max_partitions = spark_side(spark).default_parallelism()
     payload = json.dumps([asdict(b) for b in blocks], separators=(",", ":"))
     reader = (
         spark.read.format(FORMAT)

@@ -51,11 +51,16 @@ def outputs(out: str) -> dict[int, list[int]]:
 
 @pytest.mark.timeout(480)
 def test_driver_crash_mid_batch_recovers_the_same_batches_and_loses_nothing(tmp_path):
+    crash_and_recover(tmp_path)
+
+
+def crash_and_recover(tmp_path: Path, extra_args: tuple[str, ...] = ()) -> None:
+    """The scenario of the module doc (``extra_args``: more arguments of the driver's)."""
     source = load_chaos_harness().AckingSource(rate=1000)
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     cmd = [sys.executable, str(SCENARIO), "--checkpoint", ckpt, "--out", out]
-    cmd += ["--port", str(source.port)]
+    cmd += ["--port", str(source.port), *extra_args]
     logs = [open(tmp_path / f"driver{i}.log", "w+") for i in (1, 2)]  # noqa: SIM115
     procs: list[subprocess.Popen] = []
 

@@ -60,6 +60,7 @@ from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.spark import block_source
+from spark_receivers.spark.session_kind import spark_side
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -190,6 +191,7 @@ class BatchReader:
         rows_per_read_task: int = 0,
     ) -> None:
         self._spark = spark
+        self._side = spark_side(spark)
         self._rows_per_task = rows_per_read_task
         self._secret = secret
         self._checkpoint_dir = checkpoint_dir
@@ -259,6 +261,11 @@ class BatchReader:
         with self._lock:
             if self._counting or self._no_counting:
                 return self._counting
+            if self._side.kind == "connect":
+                # No listener reaches a Connect client: every batch is cached.
+                self._no_counting = True
+                log.info("Spark Connect: every batch is cached (no query listener here)")
+                return False
             try:
                 from pyspark.java_gateway import ensure_callback_server_started
 
@@ -368,7 +375,7 @@ class BatchReader:
         thread.start()
         if not done.wait(timeout_s):
             log.warning("the block reader's warm-up did not finish within %.0f s", timeout_s)
-            self._spark.sparkContext.cancelJobGroup(WARM_UP_JOB_GROUP)
+            self._side.cancel_job_group(WARM_UP_JOB_GROUP)
             return False
         return True
 
@@ -405,7 +412,7 @@ class BatchReader:
             reader = BatchReader(
                 self._spark, secret, None, self.read_partitions, self._cache, tls=self._tls
             )
-            self._spark.sparkContext.setJobGroup(
+            self._side.set_job_group(
                 WARM_UP_JOB_GROUP, "spark-receivers: warm up the batch path", True
             )
             infos = [

@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from spark_receivers.driver.batches.checkpoint import Checkpoint
 from spark_receivers.driver.batches.received_block_tracker import ReceivedBlockTracker
@@ -55,11 +55,9 @@ from spark_receivers.driver.observe.listener import (
     StreamInputInfo,
 )
 from spark_receivers.rpc.messages import ReceivedBlockInfo
+from spark_receivers.spark.session_kind import SparkSide, spark_side
 from spark_receivers.util.clock import Clock
 from spark_receivers.util.timer import RecurringTimer
-
-if TYPE_CHECKING:
-    from pyspark import SparkContext
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +112,7 @@ class JobGenerator:
 
     def __init__(
         self,
-        sc: SparkContext,
+        sc: SparkSide | Any,
         batch_interval_ms: int,
         block_tracker: ReceivedBlockTracker,
         hooks: BatchHooks,
@@ -122,7 +120,7 @@ class JobGenerator:
         clock: Clock,
         concurrent_jobs: int = 1,
     ) -> None:
-        self._sc = sc
+        self._side = spark_side(sc)
         self.batch_interval_ms = batch_interval_ms
         self._block_tracker = block_tracker
         self._hooks = hooks
@@ -239,9 +237,7 @@ class JobGenerator:
         self._bus.post(BatchStarted(info))
         failure: BaseException | None = None
         op_infos: dict[int, OutputOperationInfo] = {}
-        self._sc.setJobGroup(
-            f"spark-receivers-batch-{t}", describe_batch(t), interruptOnCancel=False
-        )
+        self._side.set_job_group(f"spark-receivers-batch-{t}", describe_batch(t))
         try:
             operations = self._hooks.generate_jobs(t, blocks)
         except Exception as e:
@@ -251,7 +247,7 @@ class JobGenerator:
         for op in operations:
             op_info = OutputOperationInfo(t, op.id, op.name, op.name, self._clock.get_time_ms())
             self._bus.post(OutputOperationStarted(op_info))
-            self._sc.setJobDescription(describe_batch(t, op.name))
+            self._side.set_job_description(describe_batch(t, op.name))
             try:
                 op.run()
             except Exception as e:

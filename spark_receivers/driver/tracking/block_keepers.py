@@ -44,12 +44,12 @@ from spark_receivers.errors import RpcError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
-from spark_receivers.spark.cluster import is_local_master, located_rdd
+from spark_receivers.spark.cluster import is_local_master
 from spark_receivers.spark.keeper_task import KeeperTaskSpec, make_keeper_task
+from spark_receivers.spark.session_kind import SparkSide, spark_side
 from spark_receivers.util.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class KeeperStarter:
 
 
 def keeper_starter(
-    spark: SparkSession,
+    spark: SparkSession | SparkSide,
     receivers: Sequence[Receiver],
     config: StreamingConfig,
     keepers: BlockKeepers,
@@ -271,42 +271,43 @@ def keeper_starter(
     off, with the receiver WAL on (one copy, as in Spark), or when every
     receiver's level keeps one copy.
     """
-    sc = spark.sparkContext
+    side = spark_side(spark)
     replicated = any(StorageLevel.of(r.storage_level).replication > 1 for r in receivers)
     if (
         not replicated
         or not config.block_keeper_enabled
         or config.receiver_wal_enabled
-        or is_local_master(sc.master or "")
+        or is_local_master(side.master)
     ):
         return None
     spec = KeeperTaskSpec(tracker_address, secret, config.as_dict())
-    group = f"spark-receivers-{sc.applicationId}-block-keepers"
+    group = f"spark-receivers-{side.app_id}-block-keepers"
     starter = KeeperStarter(
         keepers,
-        lambda: alive_executors(sc),
-        lambda missing: start_keepers(sc, missing, spec, group),
+        lambda: alive_executors(side),
+        lambda missing: start_keepers(side, missing, spec, group),
     )
     starter.start()
     return starter
 
 
 def start_keepers(
-    sc: SparkContext,
+    spark: Any,
     executors: Sequence[ExecutorCacheTaskLocation],
     spec: KeeperTaskSpec,
     job_group: str,
 ) -> list[str]:
     """Run one keeper task per executor, each preferring it; ``"<executor> <address>"`` each.
 
-    A task may run elsewhere when its executor has no free slot; the keepers it
-    starts register themselves, and the caller tries again for what is missing.
+    A task may run elsewhere when its executor has no free slot (on Spark Connect,
+    wherever Connect puts it); the keepers it starts register themselves, and the caller
+    tries again for what is missing.
     """
-    rdd = located_rdd(sc, [(i, [loc]) for i, loc in enumerate(executors)])
+    side = spark_side(spark)
     task: Any = make_keeper_task(spec)
-    sc.setJobGroup(job_group, "spark-receivers: start block keepers", interruptOnCancel=True)
+    side.set_job_group(job_group, "spark-receivers: start block keepers", interrupt=True)
     try:
-        return rdd.mapPartitions(task).collect()
+        items = [(i, [loc]) for i, loc in enumerate(executors)]
+        return side.run_located(items, task, strict=False)[0]
     finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        side.clear_job_group()

@@ -14,6 +14,12 @@ one-partition RDD is made on the JVM with ``SparkContext.makeRDD(seq of
 (element, locations))`` — the call Spark's ReceiverTracker makes — and wrapped
 as a PySpark RDD whose element is the pickled stream id
 (:func:`spark_receivers.spark.cluster.located_rdd`).
+
+On Spark Connect there is no RDD: the job is a one-partition ``mapInArrow`` over
+``spark.range`` (:class:`spark_receivers.spark.session_kind.ConnectSide`), and its
+group an operation tag. Connect cannot prefer an executor, so a task that lands on one
+the tracker did not choose starts no receiver and the job is launched again, at most
+:data:`MAX_PLACEMENT_TRIES` times; the last try runs wherever it lands.
 """
 
 from __future__ import annotations
@@ -21,23 +27,18 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from spark_receivers.driver.tracking.scheduling_policy import (
     ExecutorCacheTaskLocation,
     TaskLocation,
 )
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.rpc.hosts import local_host
-from spark_receivers.spark.cluster import is_local_master, located_rdd
 from spark_receivers.spark.receiver_task import ReceiverTaskSpec, make_task_function
+from spark_receivers.spark.session_kind import spark_side
 from spark_receivers.util.clock import Clock, SystemClock
-
-if TYPE_CHECKING:
-    from pyspark import RDD, SparkContext
 
 log = logging.getLogger(__name__)
 
@@ -87,76 +88,31 @@ def check_local_cores(master: str, receivers: int) -> None:
         raise ConfigError(msg)
 
 
-def expected_executors(sc: SparkContext) -> int:
-    """How many executors the application asks for (0 when unknown)."""
-    m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,.*\]", sc.master or "")
-    if m:
-        return int(m.group(1))
-    instances = sc.getConf().get("spark.executor.instances")
-    return int(instances) if instances and instances.isdigit() else 0
-
-
-def alive_executors(sc: SparkContext) -> list[ExecutorCacheTaskLocation]:
+def alive_executors(spark: Any) -> list[ExecutorCacheTaskLocation]:
     """Executors alive now, as locations (the driver itself in local mode).
 
-    A location's host is the one Spark knows the executor by (its task locations
-    compare them); locally ``spark.driver.host``, which Spark always sets.
+    ``spark``: a SparkContext, a session (classic or Spark Connect) or its side
+    (:mod:`spark_receivers.spark.session_kind`). A location's host is the one Spark
+    knows the executor by (its task locations compare them); locally
+    ``spark.driver.host``, which Spark always sets.
     """
-    js = sc._jsc.sc()  # type: ignore[union-attr]
-    if is_local_master(sc.master or ""):
-        conf = sc.getConf()
-        host = conf.get("spark.driver.host") or local_host(dict(conf.getAll()))
-        return [ExecutorCacheTaskLocation(host, "driver")]
-    hosts: list[str] = []
-    keys = js.getExecutorMemoryStatus().keysIterator()
-    while keys.hasNext():
-        host = str(keys.next()).rsplit(":", 1)[0]
-        if host not in hosts:
-            hosts.append(host)
-    scheduler = js.taskScheduler()
-    executors: list[ExecutorCacheTaskLocation] = []
-    for host in hosts:
-        ids = scheduler.getExecutorsAliveOnHost(host)
-        if ids.isDefined():
-            for executor_id in sorted(str(ids.get().mkString("\n")).split("\n"), key=_id_order):
-                if executor_id and executor_id != "driver":
-                    executors.append(ExecutorCacheTaskLocation(host, executor_id))
-    return executors
+    return [ExecutorCacheTaskLocation(h, e) for h, e in spark_side(spark).executors()]
 
 
-def _id_order(executor_id: str) -> tuple[int, str]:
-    return (int(executor_id), "") if executor_id.isdigit() else (1 << 30, executor_id)
-
-
-def wait_for_executors(
-    sc: SparkContext, timeout_s: float = 60.0
-) -> list[ExecutorCacheTaskLocation]:
+def wait_for_executors(spark: Any, timeout_s: float = 60.0) -> list[ExecutorCacheTaskLocation]:
     """Make sure executors registered before the first placement (not needed locally).
 
     Runs a small job, as Spark does, then waits until the expected number of
     executors is alive or ``timeout_s`` passes.
     """
-    if is_local_master(sc.master or ""):
-        return alive_executors(sc)
-    sc.parallelize(range(50), 50).map(lambda x: (x % 10, 1)).reduceByKey(
-        lambda a, b: a + b, 20
-    ).collect()
-    want = expected_executors(sc)
-    deadline = time.monotonic() + timeout_s
-    executors = alive_executors(sc)
-    while len(executors) < want and time.monotonic() < deadline:
-        time.sleep(0.2)
-        executors = alive_executors(sc)
-    if len(executors) < want:
-        log.warning(
-            "only %d of %d executors registered after %.0fs", len(executors), want, timeout_s
-        )
-    return executors
+    found = spark_side(spark).wait_for_executors(timeout_s)
+    return [ExecutorCacheTaskLocation(h, e) for h, e in found]
 
 
-def receiver_rdd(sc: SparkContext, stream_id: int, locations: Sequence[TaskLocation]) -> RDD[Any]:
-    """A one-partition RDD holding ``stream_id`` that prefers ``locations``."""
-    return located_rdd(sc, [(stream_id, locations)])
+MAX_PLACEMENT_TRIES = 5
+"""Launches of a receiver's job that may be refused for landing on an executor the
+tracker did not choose (Spark Connect has no preferred locations); the last one runs
+wherever it lands."""
 
 
 class ReceiverLauncher:
@@ -169,28 +125,28 @@ class ReceiverLauncher:
 
     def __init__(
         self,
-        sc: SparkContext,
+        sc: Any,
         specs: Mapping[int, ReceiverTaskSpec],
         restart_delay_ms: int,
         on_fatal: Callable[[BaseException], None],
         clock: Clock | None = None,
     ) -> None:
-        self._sc = sc
+        self._side = spark_side(sc)
         self._specs = dict(specs)
         self._restart_delay_ms = restart_delay_ms
         self._on_fatal = on_fatal
         self._clock = clock or SystemClock()
-        self._app_id = sc.applicationId
+        self._app_id = self._side.app_id
         self._threads: dict[int, threading.Thread] = {}
         self._stopping = threading.Event()
 
     def wait_for_executors(self, timeout_s: float = 60.0) -> list[ExecutorCacheTaskLocation]:
         """Make sure the executors registered before the first placement."""
-        return wait_for_executors(self._sc, timeout_s)
+        return wait_for_executors(self._side, timeout_s)
 
     def alive_executors(self) -> list[ExecutorCacheTaskLocation]:
         """The executors alive now (the driver itself in local mode)."""
-        return alive_executors(self._sc)
+        return alive_executors(self._side)
 
     def job_group(self, stream_id: int) -> str:
         """The Spark job group of a receiver's jobs."""
@@ -221,7 +177,7 @@ class ReceiverLauncher:
             thread.join(timeout_s)
             if thread.is_alive():
                 log.warning("receiver %d did not stop in time; cancelling its job", stream_id)
-                self._sc.cancelJobGroup(self.job_group(stream_id))
+                self._side.cancel_job_group(self.job_group(stream_id))
         for stream_id, thread in self._threads.items():
             thread.join(30)
             if thread.is_alive():
@@ -261,19 +217,30 @@ class ReceiverLauncher:
         self, stream_id: int, name: str, locations: Sequence[TaskLocation], task: Any
     ) -> tuple[str, str]:
         """Run one job of the receiver: ``('', '')`` when it ended, else why (one line, all)."""
-        sc = self._sc
-        sc.setJobGroup(
+        side = self._side
+        side.set_job_group(
             self.job_group(stream_id),
             describe_receiver_job(stream_id, name, locations),
-            interruptOnCancel=True,
+            interrupt=True,
         )
         try:
-            receiver_rdd(sc, stream_id, locations).mapPartitions(task).collect()
+            for attempt in range(1, MAX_PLACEMENT_TRIES + 1):
+                strict = attempt < MAX_PLACEMENT_TRIES
+                _, refused = side.run_located([(stream_id, locations)], task, strict=strict)
+                if not refused or self._stopping.is_set():
+                    break
+                log.info(
+                    "receiver %d landed on an executor the tracker did not choose (%s); "
+                    "launching it again (try %d of %d)",
+                    stream_id,
+                    ", ".join(str(loc) for loc in locations),
+                    attempt + 1,
+                    MAX_PLACEMENT_TRIES,
+                )
         except Exception as e:  # noqa: BLE001 - any job failure means: restart the receiver
             return summarize_failure(e), "".join(traceback.format_exception(e)).strip()
         finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+            side.clear_job_group()
         return "", ""
 
 
