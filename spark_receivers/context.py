@@ -114,7 +114,7 @@ class StreamingContext:
         self.checkpoint_dir: str | None = None
         self._use_checkpoint_dir(checkpoint_dir or self.config.checkpoint_dir or None)
         self._clock = clock or SystemClock()
-        self._graph = StreamGraph(spark)
+        self._graph = StreamGraph(spark, batch_interval_ms)
         self._bus = ListenerBus()
         self._state = ContextState.INITIALIZED
         self._lock = threading.RLock()
