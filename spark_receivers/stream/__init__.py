@@ -202,6 +202,20 @@ class DataFrameStream:
         """
         return self.graph.keyed_state(self, fn, key, state_schema, timeout_ms)
 
+    def checkpoint(self, interval_ms: int) -> DataFrameStream:
+        """Save this stream's state every ``interval_ms``: Spark's ``DStream.checkpoint``.
+
+        Only a stream that keeps state across batches has one to save (a
+        ``reduce_by_key_and_window`` with an inverse, an ``update_state_by_key``);
+        on any other stream this raises :class:`ConfigError`.
+        """
+        msg = (
+            f"checkpoint({interval_ms!r}): {describe(self)} keeps no state across batches; "
+            "call it on the stream reduce_by_key_and_window (with inv_reduce_fn) or "
+            "update_state_by_key returns"
+        )
+        raise ConfigError(msg)
+
     @property
     def arrow_schema(self) -> pa.Schema | None:
         """The schema of this stream's batches when known before they run, else None.

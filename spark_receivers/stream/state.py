@@ -80,8 +80,8 @@ class KeyedStateStream(DataFrameStream):
         self.name = self.graph.add_window(self, self._remember_ms())
         self._states: dict[int, DataFrame] = {}
         self._state_lock = threading.RLock()
-        self.batches_computed = 0
-        """Batches whose state was computed (not loaded from the checkpoint)."""
+        self.computed: list[int] = []
+        """Times of the batches whose state was computed (not loaded from the checkpoint)."""
 
     def checkpoint(self, interval_ms: int) -> KeyedStateStream:
         """Save the state every ``interval_ms`` (a multiple of the batch interval)."""
@@ -128,24 +128,22 @@ class KeyedStateStream(DataFrameStream):
         store = graph.state_store()
         with self._state_lock:
             t, state = batch_time_ms, None
-            while t > zero:
-                state = self._states.get(t)
-                if state is None and store is not None:
-                    saved = store.latest(self.name, t)
-                    if saved is not None and saved > zero:
-                        table = store.load(self.name, saved)
-                        if table is not None:
-                            t, state = saved, self._from_table(table)
-                if state is not None:
-                    break
+            # Back to the newest state in memory or saved, or to the start of the run.
+            saved = store.latest(self.name, t) if store is not None else None
+            floor = zero if saved is None else max(zero, saved)
+            while t > floor and (state := self._states.get(t)) is None:
                 t -= interval
+            if state is None and store is not None and saved is not None and t == saved > zero:
+                table = store.load(self.name, saved)
+                if table is not None:
+                    state = self._from_table(table)
             if state is None:
                 state = graph.spark.createDataFrame([], self._internal_schema)
             while t < batch_time_ms:
                 t += interval
                 state = self._step(state, t, now_ms)
                 self._states[t] = state
-                self.batches_computed += 1
+                self.computed.append(t)
                 if store is not None and (t - zero) % self.checkpoint_interval_ms == 0:
                     table = state.toArrow()
                     store.save(self.name, t, table, t - 2 * self.checkpoint_interval_ms)
@@ -180,18 +178,18 @@ def _step_fn(
     names = schema.fieldNames()
 
     def step(key: Any, rows: pd.DataFrame, state: pd.DataFrame) -> pd.DataFrame:
-        import pandas as pd
-
+        # Spark's Arrow conversion wants typed columns: an empty frame of the state's types.
+        empty = state.iloc[0:0]
         if timeout_ms is not None and len(state):
             if len(rows) == 0 and int(state[UPDATED].iloc[0]) <= t - timeout_ms:
-                return pd.DataFrame({n: [] for n in [*names, UPDATED]})
+                return empty  # timed out: dropped
             updated = t if len(rows) else int(state[UPDATED].iloc[0])
             state = state.drop(columns=[UPDATED])
         else:
             updated = t
         out = fn(key, rows, state)
-        if out is None:
-            out = pd.DataFrame({n: [] for n in names})
+        if out is None or len(out) == 0:
+            return empty  # the key is dropped
         out = out[names]
         if timeout_ms is not None:
             out = out.assign(**{UPDATED: updated})

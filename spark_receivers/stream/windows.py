@@ -259,19 +259,14 @@ class ReducedWindowedStream(DataFrameStream):
             # Go back to a state known in memory or saved, or to the start of the run.
             t = batch_time_ms
             base: pd.Series | None = None
-            while t > zero:
-                base = self._states.get(t)
-                if base is None and store is not None:
-                    saved = store.latest(self.name, t)
-                    if saved is not None and saved > zero:
-                        table = store.load(self.name, saved)
-                        if table is not None:
-                            t = saved
-                            base = self._from_table(table)
-                            self._states[t] = base
-                if base is not None:
-                    break
+            saved = store.latest(self.name, t) if store is not None else None
+            floor = zero if saved is None else max(zero, saved)
+            while t > floor and (base := self._states.get(t)) is None:
                 t -= self.slide_ms
+            if base is None and store is not None and saved is not None and t == saved > zero:
+                table = store.load(self.name, saved)
+                if table is not None:
+                    base = self._from_table(table)
             state = base if base is not None else pd.Series([], dtype=object)
             while t < batch_time_ms:
                 t += self.slide_ms
