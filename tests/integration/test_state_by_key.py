@@ -154,4 +154,4 @@ def test_update_state_by_key_checks_its_arguments(spark):
         lines.update_state_by_key(count_words, "key", "key string, n bigint", timeout_ms=0)
     state = lines.update_state_by_key(count_words, "key", "key string, n bigint")
     with pytest.raises(ConfigError, match="a multiple of the batch interval"):
-        state.checkpoint(1500)  # type: ignore[attr-defined]
+        state.checkpoint(1500)
