@@ -114,7 +114,7 @@ class StreamingContext:
         self.checkpoint_dir: str | None = None
         self._use_checkpoint_dir(checkpoint_dir or self.config.checkpoint_dir or None)
         self._clock = clock or SystemClock()
-        self._graph = StreamGraph(spark)
+        self._graph = StreamGraph(spark, batch_interval_ms)
         self._bus = ListenerBus()
         self._state = ContextState.INITIALIZED
         self._lock = threading.RLock()
@@ -275,7 +275,6 @@ class StreamingContext:
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark, self.config, self._spark_conf)
             assert deployment.side is not None
-            self._graph.batch_interval_ms = self.batch_interval_ms  # batch ids count in it
             if deployment.side.kind == "connect" and self._graph.structured_ids:
                 msg = (
                     "structured_stream is not supported on Spark Connect yet: the server "

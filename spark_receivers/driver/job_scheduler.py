@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.backpressure.rate_controller import RateController, rate_controllers_for
 from spark_receivers.driver.batches.batch_reader import WARM_UP_JOB_GROUP, BatchReader
-from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore
+from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore, zero_time_of
 from spark_receivers.driver.batches.job_generator import Blocks, JobGenerator, OutputOperation
 from spark_receivers.driver.batches.received_block_tracker import open_block_tracker
+from spark_receivers.driver.batches.state_store import StateStore
 from spark_receivers.driver.batches.stream_graph import StreamGraph
 from spark_receivers.driver.observe.listener import (
     BlockLost,
@@ -147,6 +148,8 @@ class JobScheduler:
         self._stopped = False
         self._stopping_at_once = False  # a stop with graceful=False has begun
         self._keeper_starter: KeeperStarter | None = None
+        self._held: dict[int, Blocks] = {}
+        """Completed batches whose blocks a window may still read, by batch time."""
         self.rate_controllers: dict[int, RateController] = {}
         self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
 
@@ -244,7 +247,19 @@ class JobScheduler:
             self._clock,
             cfg.concurrent_jobs,
         )
-        graph.freeze("ACTIVE", self._batches.read, self._source_options)
+        self.job_generator.remember_ms = graph.remember_ms
+        graph.freeze(
+            "ACTIVE",
+            self._batches.read,
+            self._source_options,
+            self.block_tracker.get_blocks_of_batch,
+            StateStore(self._layout) if self._layout else None,
+            (cfg.block_store_budget_bytes, cfg.receiver_wal_enabled),
+        )
+        # Spark's zeroTime: the batch time before the first batch, kept by a restart.
+        self.job_generator.on_first_batch = lambda t: graph.set_zero_time(t - self._interval_ms)
+        if self._recovery is not None:
+            graph.set_zero_time(zero_time_of(self._recovery))
         if self._checkpoints is not None and self._recovery is None:
             self.write_checkpoint(-1, [])
         # First on the bus, before any receiver can register.
@@ -372,8 +387,21 @@ class JobScheduler:
         self.fail(error)
 
     def clean_after_batch(self, batch_time_ms: int, blocks: Blocks) -> None:
-        """Drop the batch's blocks from their stores; clean the receivers' WALs."""
-        self._remove_blocks([b for bs in blocks.values() for b in bs])
+        """Drop the blocks no window needs from their stores; clean the receivers' WALs.
+
+        Without windows these are the batch's blocks; with windows, those of the batches
+        older than the graph's ``remember_ms`` (the block tracker forgets the same
+        batches, and the receivers' WALs are cleaned below its oldest block).
+        """
+        remember = self._graph.remember_ms
+        if remember <= 0:
+            self._remove_blocks([b for bs in blocks.values() for b in bs])
+        else:
+            with self._lock:
+                self._held[batch_time_ms] = blocks
+                done = [t for t in self._held if t <= batch_time_ms - remember]
+                dropped = [self._held.pop(t) for t in sorted(done)]
+            self._remove_blocks([b for d in dropped for bs in d.values() for b in bs])
         if self._config.receiver_wal_enabled:
             self._clean_receivers(batch_time_ms)
 
@@ -406,6 +434,7 @@ class JobScheduler:
                 pending_batch_ms=tuple(pending_ms),
                 checkpoint_time_ms=self._clock.get_time_ms(),
                 config=self._config.as_dict(),
+                zero_time_ms=self._graph.zero_time_ms,
             )
         )
 

@@ -11,6 +11,7 @@ together)::
         job-id                               the job's random id, written once (job_identity)
         receivedBlockMetadata/               the driver WAL (block events)
         receivedData/<stream_id>/            the receiver WAL of one stream (Arrow blocks)
+        state/<name>/state-<time_ms>.arrow   a stateful stream's state (driver/batches/state_store)
 
 Both WAL directories hold segment files ``log-<start_ms>-<end_ms>[.<n>]``
 (:mod:`spark_receivers.wal.file_log`).
@@ -61,6 +62,7 @@ S3_ALIASES = ("s3a://", "s3n://")
 
 CHECKPOINT_FILE = "checkpoint.json"
 RECEIVED_BLOCK_METADATA = "receivedBlockMetadata"
+STATE = "state"
 RECEIVED_DATA = "receivedData"
 JOB_ID_FILE = "job-id"
 
@@ -163,6 +165,13 @@ class CheckpointLayout:
     def driver_wal_dir(self) -> str:
         """``<root>/receivedBlockMetadata``: the driver WAL (block events)."""
         return self._join(RECEIVED_BLOCK_METADATA)
+
+    def state_dir(self, name: str) -> str:
+        """``<root>/state/<name>``: the saved states of one stateful stream."""
+        if not name or "/" in name or name.startswith("."):
+            msg = f"a state name must be a plain file name, got {name!r}"
+            raise WriteAheadLogError(msg)
+        return self._join(STATE, name)
 
     # --- the receivers --------------------------------------------------------------
 

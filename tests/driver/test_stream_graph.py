@@ -155,8 +155,7 @@ def test_each_union_batch_holds_every_streams_rows_by_column_name(spark):
 
 
 def test_foreach_batch_passes_a_batch_id_to_a_function_of_three_parameters():
-    g = graph()
-    g.batch_interval_ms = 1000
+    g = StreamGraph(spark=None, batch_interval_ms=1000)  # type: ignore[arg-type]
     s = g.receiver_stream(Quiet())
     seen: list[tuple] = []
 

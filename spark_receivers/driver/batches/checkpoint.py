@@ -15,7 +15,10 @@ Format (``version`` 1)::
 
     {"version": 1, "batch_interval_ms": 1000, "checkpoint_time_ms": ...,
      "last_completed_batch_ms": 41000, "pending_batch_ms": [42000, 43000],
-     "config": {...StreamingConfig.as_dict()...}}
+     "config": {...StreamingConfig.as_dict()...}, "zero_time_ms": 40000}
+
+``zero_time_ms`` (absent in older files: -1) is the batch time before the run's first
+batch; windowed streams slide from it, so a restarted driver keeps their grid.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class Checkpoint:
     pending_batch_ms: tuple[int, ...]
     checkpoint_time_ms: int
     config: dict[str, Any] = field(default_factory=dict)
+    zero_time_ms: int = -1
+    """The batch time before the run's first batch (windows slide from it); -1: not known."""
 
     def to_json(self) -> bytes:
         """Serialize (sorted keys, one line)."""
@@ -57,6 +62,7 @@ class Checkpoint:
             "last_completed_batch_ms": self.last_completed_batch_ms,
             "pending_batch_ms": list(self.pending_batch_ms),
             "config": self.config,
+            "zero_time_ms": self.zero_time_ms,
         }
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
@@ -78,6 +84,7 @@ class Checkpoint:
                 pending_batch_ms=tuple(int(t) for t in body["pending_batch_ms"]),
                 checkpoint_time_ms=_int(body, "checkpoint_time_ms"),
                 config=dict(body.get("config") or {}),
+                zero_time_ms=int(body.get("zero_time_ms", -1)),
             )
         except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
             msg = (
@@ -89,6 +96,19 @@ class Checkpoint:
             msg = f"checkpoint {where} has batch_interval_ms={cp.batch_interval_ms}; must be > 0"
             raise CheckpointError(msg)
         return cp
+
+
+def zero_time_of(checkpoint: Checkpoint) -> int:
+    """The zero time windows slide from after a restart from ``checkpoint``.
+
+    Its ``zero_time_ms``; for a checkpoint without one (no batch ran, or an older
+    version), the batch time before the first batch the restart can run.
+    """
+    if checkpoint.zero_time_ms >= 0:
+        return checkpoint.zero_time_ms
+    interval = checkpoint.batch_interval_ms
+    known = checkpoint.checkpoint_time_ms // interval * interval
+    return max(known, checkpoint.last_completed_batch_ms)
 
 
 def _int(body: dict[str, Any], key: str) -> int:

@@ -144,6 +144,10 @@ class JobGenerator:
         self.drain_timeout_s = 3600.0
         self.batches_completed = 0
         self.records_processed_by_batches = 0
+        self.remember_ms = 0
+        """How long completed batches stay allocated for windows (Spark's rememberDuration)."""
+        self.on_first_batch: Callable[[int], None] | None = None
+        """Told the time of the first batch of a fresh start, before the timer starts."""
 
     @property
     def last_completed_batch_ms(self) -> int:
@@ -161,7 +165,11 @@ class JobGenerator:
         if hold:
             self._released.clear()
         if recovery is None:
-            return self._timer.start()
+            now = self._clock.get_time_ms()
+            first_ms = (now // self.batch_interval_ms + 1) * self.batch_interval_ms
+            if self.on_first_batch is not None:
+                self.on_first_batch(first_ms)
+            return self._timer.start(first_ms)
         interval = self.batch_interval_ms
         now = self._clock.get_time_ms()
         restart_ms = (now // interval + 1) * interval
@@ -286,7 +294,7 @@ class JobGenerator:
         if succeeded:
             # Checkpoint first: cleanup must never run ahead of what a restart knows.
             self._write_checkpoint()
-            self._block_tracker.cleanup_old_batches(threshold)
+            self._block_tracker.cleanup_old_batches(threshold - self.remember_ms)
             try:
                 self._hooks.clean_after_batch(t, blocks)
             except Exception:

@@ -32,10 +32,13 @@ from spark_receivers.stream import (
     BatchFunctionWithId,
     DataFrameStream,
     ReceiverInputStream,
+    StateStoreLike,
     StructuredReceiverStream,
     UnionStream,
     describe,
 )
+from spark_receivers.stream.state import KeyedStateStream
+from spark_receivers.stream.windows import ReducedWindowedStream, WindowedStream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,21 +53,28 @@ BatchReader = Callable[[ReceiverInputStream, int, list["ReceivedBlockInfo"]], "D
 """Builds a receiver stream's DataFrame of one batch (its time in ms) from its blocks (empty
 list: none)."""
 SourceOptions = Callable[[int], dict[str, str]]
+BlocksOf = Callable[[int], dict[int, list["ReceivedBlockInfo"]]]
+"""The blocks of every stream in a batch still remembered (the block tracker's)."""
 
 
 class StreamGraph:
     """The input streams, in stream-id order, and the output operations, in order."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, batch_interval_ms: int = 1000) -> None:
         self.spark = spark
+        self._interval_ms = batch_interval_ms
+        self._zero_ms = -1
+        self._windows: dict[int, tuple[str, int]] = {}
+        """Stream id of a windowed or stateful stream → (its name, the batches it needs, ms)."""
+        self._blocks_of: BlocksOf | None = None
+        self._state_store: StateStoreLike | None = None
+        self._window_budget: tuple[int, bool] | None = None
         self._inputs: list[InputStream] = []
         self._outputs: list[tuple[DataFrameStream, BatchFunction, str]] = []
         self._frozen: str | None = None
         self._reader: BatchReader | None = None
         self._source_options: SourceOptions | None = None
         self._lock = threading.Lock()
-        self.batch_interval_ms = 1
-        """The batch interval batch ids count in (set by the context at start)."""
 
     # --- building (before start) ---------------------------------------------------
 
@@ -128,10 +138,117 @@ class StreamGraph:
     def batch_id(self, batch_time_ms: int) -> int:
         """``batch_time_ms // batch_interval_ms``: the progress's ``batchId``, kept on a redo.
 
-        The interval is set by the context at start (:attr:`batch_interval_ms`; a context
-        restarted from its checkpoint has the checkpoint's).
+        A context restarted from its checkpoint has the checkpoint's interval (``get_or_create``
+        refuses another), so a redone batch gets the same id.
         """
         return batch_time_ms // self.batch_interval_ms
+
+    @property
+    def batch_interval_ms(self) -> int:
+        """The context's batch interval."""
+        return self._interval_ms
+
+    def windowed(
+        self, stream: DataFrameStream, length_ms: int, slide_ms: int | None
+    ) -> WindowedStream:
+        """``stream.window(length_ms, slide_ms)``: see :class:`WindowedStream`."""
+        return WindowedStream(stream, length_ms, slide_ms)
+
+    def keyed_state(
+        self,
+        stream: DataFrameStream,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        timeout_ms: int | None,
+    ) -> KeyedStateStream:
+        """``stream.update_state_by_key(...)``: see :class:`KeyedStateStream`."""
+        return KeyedStateStream(stream, fn, key, state_schema, timeout_ms)
+
+    def reduced_windowed(
+        self,
+        stream: DataFrameStream,
+        reduce_fn: Callable[[Any, Any], Any],
+        inv_reduce_fn: Callable[[Any, Any], Any] | None,
+        length_ms: int,
+        slide_ms: int | None,
+        key: str,
+        value: str,
+        filter_fn: Callable[[Any], Any] | None,
+    ) -> ReducedWindowedStream:
+        """``stream.reduce_by_key_and_window(...)``: see :class:`ReducedWindowedStream`."""
+        return ReducedWindowedStream(
+            stream, reduce_fn, inv_reduce_fn, length_ms, slide_ms, key, value, filter_fn
+        )
+
+    def add_window(self, stream: DataFrameStream, remember_ms: int) -> str:
+        """Register a windowed or stateful stream needing the batches of ``remember_ms``.
+
+        Again for the same stream: its need changes. Returns its name, ``window-<n>`` in
+        the order the streams were made (stable for the same ``create_fn``).
+        """
+        self._require_building("make a windowed stream")
+        known = self._windows.get(stream.id)
+        name = known[0] if known else f"window-{len(self._windows)}"
+        self._windows[stream.id] = (name, remember_ms)
+        return name
+
+    @property
+    def remember_ms(self) -> int:
+        """How long a completed batch's blocks are kept for windows (Spark's rememberDuration).
+
+        0 without windows: a batch's blocks are dropped once it completed.
+        """
+        return max((ms for _, ms in self._windows.values()), default=0)
+
+    @property
+    def zero_time_ms(self) -> int:
+        """The batch time before the run's first batch: windows slide from it (Spark's zeroTime)."""
+        return self._zero_ms
+
+    def set_zero_time(self, zero_ms: int) -> None:
+        """Set by the scheduler before the first batch (from the checkpoint when recovering)."""
+        self._zero_ms = zero_ms
+
+    def batch_times(self, after_ms: int, until_ms: int) -> list[int]:
+        """The batch times ``t`` of the run with ``after_ms < t <= until_ms``, oldest first."""
+        interval, zero = self._interval_ms, self._zero_ms
+        start = max(after_ms, zero)
+        first = zero + ((start - zero) // interval + 1) * interval
+        return list(range(first, until_ms + 1, interval))
+
+    def read_blocks_of(
+        self, stream: ReceiverInputStream, times: Sequence[int], now_ms: int
+    ) -> DataFrame:
+        """One DataFrame over the blocks ``stream`` got in the batches ``times``.
+
+        Raises :class:`ConfigError` when the blocks cannot all stay in the block store's
+        memory and have nowhere else to be read from (memory-only storage, no receiver WAL).
+        """
+        reader, blocks_of = self._reader, self._blocks_of
+        if reader is None or blocks_of is None:
+            msg = "the stream graph has no batch reader: the context is not started"
+            raise StateError(msg)
+        blocks = [b for t in times for b in blocks_of(t).get(stream.stream_id, [])]
+        budget = self._window_budget
+        if budget is not None and not budget[1] and not stream.receiver.storage_level.use_disk:
+            size = sum(b.size_bytes for b in blocks)
+            if size > budget[0]:
+                msg = (
+                    f"a window over {describe(stream)} holds {size} bytes of blocks in "
+                    f"{len(times)} batches, more than the block store's memory "
+                    f"({budget[0]} bytes, spark.receivers.receiver.blockStoreMemory) and its "
+                    f"storage level {stream.receiver.storage_level.name} keeps blocks in "
+                    "memory only: use MEMORY_AND_DISK, a shorter window, a lower "
+                    "spark.streaming.receiver.maxRate, more blockStoreMemory, or the "
+                    "receiver WAL (spark.streaming.receiver.writeAheadLog.enable)"
+                )
+                raise ConfigError(msg)
+        return reader(stream, now_ms, blocks)
+
+    def state_store(self) -> StateStoreLike | None:
+        """Where stateful streams save their state (None without a checkpoint directory)."""
+        return self._state_store
 
     def _next_stream_id(self, receiver: Receiver) -> int:
         self._require_building("add a receiver stream")
@@ -183,12 +300,28 @@ class StreamGraph:
         """True when some output operation is registered."""
         return bool(self._outputs)
 
-    def freeze(self, state: str, reader: BatchReader, source_options: SourceOptions) -> None:
-        """No more changes; batches are read with ``reader`` (called by the scheduler)."""
+    def freeze(
+        self,
+        state: str,
+        reader: BatchReader,
+        source_options: SourceOptions,
+        blocks_of: BlocksOf | None = None,
+        state_store: StateStoreLike | None = None,
+        window_budget: tuple[int, bool] | None = None,
+    ) -> None:
+        """No more changes; batches are read with ``reader`` (called by the scheduler).
+
+        Windows read the blocks of remembered batches from ``blocks_of``, stateful
+        streams save their state in ``state_store``; ``window_budget`` is the block
+        store's memory and whether the receiver WAL holds every block too.
+        """
         with self._lock:
             self._frozen = state
             self._reader = reader
             self._source_options = source_options
+            self._blocks_of = blocks_of
+            self._state_store = state_store
+            self._window_budget = window_budget
 
     def stopped(self) -> None:
         """The context stopped: structured streams can no longer be read."""
@@ -222,6 +355,7 @@ class StreamGraph:
         return [
             OutputOperation(i, name, _bind(fn, out, batch_time_ms))
             for i, (out, fn, name) in enumerate(self._outputs)
+            if out._is_valid(batch_time_ms)  # a window's outputs run at its slides only
         ]
 
     def forget(self, batch_time_ms: int) -> None:

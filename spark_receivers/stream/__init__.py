@@ -65,6 +65,84 @@ class StreamGraphLike(Protocol):
         """A stream over ``streams`` (checked: same graph, same fields)."""
         ...
 
+    def windowed(
+        self, stream: DataFrameStream, length_ms: int, slide_ms: int | None
+    ) -> DataFrameStream:
+        """``stream.window(length_ms, slide_ms)`` (``stream/windows.py``)."""
+        ...
+
+    def reduced_windowed(
+        self,
+        stream: DataFrameStream,
+        reduce_fn: Callable[[Any, Any], Any],
+        inv_reduce_fn: Callable[[Any, Any], Any] | None,
+        length_ms: int,
+        slide_ms: int | None,
+        key: str,
+        value: str,
+        filter_fn: Callable[[Any], Any] | None,
+    ) -> DataFrameStream:
+        """``stream.reduce_by_key_and_window(...)`` (``stream/windows.py``)."""
+        ...
+
+    def keyed_state(
+        self,
+        stream: DataFrameStream,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        timeout_ms: int | None,
+    ) -> DataFrameStream:
+        """``stream.update_state_by_key(...)`` (``stream/state.py``)."""
+        ...
+
+    @property
+    def batch_interval_ms(self) -> int:
+        """The context's batch interval."""
+        ...
+
+    @property
+    def zero_time_ms(self) -> int:
+        """The batch time before the first batch of the run (Spark's ``zeroTime``)."""
+        ...
+
+    def add_window(self, stream: DataFrameStream, remember_ms: int) -> str:
+        """Register a windowed or stateful stream that needs ``remember_ms`` of batches.
+
+        Returns the stream's stable name (the same for the same ``create_fn``).
+        """
+        ...
+
+    def batch_times(self, after_ms: int, until_ms: int) -> list[int]:
+        """The batch times ``t`` of this run with ``after_ms < t <= until_ms``, oldest first."""
+        ...
+
+    def read_blocks_of(
+        self, stream: ReceiverInputStream, times: Sequence[int], now_ms: int
+    ) -> DataFrame:
+        """One DataFrame over the blocks ``stream`` got in the batches ``times``."""
+        ...
+
+    def state_store(self) -> StateStoreLike | None:
+        """Where stateful streams checkpoint their state (None without a checkpoint dir)."""
+        ...
+
+
+class StateStoreLike(Protocol):
+    """Saves and loads the state of stateful streams (``driver/batches/state_store.py``)."""
+
+    def save(self, name: str, time_ms: int, table: pa.Table, keep_after_ms: int) -> None:
+        """Save the state of ``name`` at ``time_ms``; drop those before ``keep_after_ms``."""
+        ...
+
+    def load(self, name: str, time_ms: int) -> pa.Table | None:
+        """The state of ``name`` saved at ``time_ms``, or None."""
+        ...
+
+    def latest(self, name: str, at_most_ms: int) -> int | None:
+        """The newest time at most ``at_most_ms`` with a saved state of ``name``."""
+        ...
+
 
 class DataFrameStream:
     """A stream with one DataFrame per batch.
@@ -127,6 +205,68 @@ class DataFrameStream:
         """
         return self.graph.union([self, *others])
 
+    def window(self, length_ms: int, slide_ms: int | None = None) -> DataFrameStream:
+        """A stream whose batch at each slide is every batch of the last ``length_ms``.
+
+        Spark's ``window(windowDuration, slideDuration)``: see
+        :class:`~spark_receivers.stream.windows.WindowedStream`.
+        """
+        return self.graph.windowed(self, length_ms, slide_ms)
+
+    def count_by_window(self, length_ms: int, slide_ms: int) -> DataFrameStream:
+        """One row, column ``count``: the records of the window, at each slide.
+
+        Spark's ``countByWindow``.
+        """
+        return self.window(length_ms, slide_ms).transform(lambda df: df.groupBy().count())
+
+    def reduce_by_key_and_window(
+        self,
+        reduce_fn: Callable[[Any, Any], Any],
+        inv_reduce_fn: Callable[[Any, Any], Any] | None,
+        length_ms: int,
+        slide_ms: int | None = None,
+        key: str = "key",
+        value: str = "value",
+        filter_fn: Callable[[Any], Any] | None = None,
+    ) -> DataFrameStream:
+        """Per ``key``, ``value`` reduced over the window, at each slide.
+
+        Spark's ``reduceByKeyAndWindow``: see
+        :class:`~spark_receivers.stream.windows.ReducedWindowedStream`.
+        """
+        return self.graph.reduced_windowed(
+            self, reduce_fn, inv_reduce_fn, length_ms, slide_ms, key, value, filter_fn
+        )
+
+    def update_state_by_key(
+        self,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        timeout_ms: int | None = None,
+    ) -> DataFrameStream:
+        """The state by ``key`` after every batch, updated by ``fn(key, rows, state)``.
+
+        Spark's ``updateStateByKey`` on pandas frames: see
+        :class:`~spark_receivers.stream.state.KeyedStateStream`.
+        """
+        return self.graph.keyed_state(self, fn, key, state_schema, timeout_ms)
+
+    def checkpoint(self, interval_ms: int) -> DataFrameStream:
+        """Save this stream's state every ``interval_ms``: Spark's ``DStream.checkpoint``.
+
+        Only a stream that keeps state across batches has one to save (a
+        ``reduce_by_key_and_window`` with an inverse, an ``update_state_by_key``);
+        on any other stream this raises :class:`ConfigError`.
+        """
+        msg = (
+            f"checkpoint({interval_ms!r}): {describe(self)} keeps no state across batches; "
+            "call it on the stream reduce_by_key_and_window (with inv_reduce_fn) or "
+            "update_state_by_key returns"
+        )
+        raise ConfigError(msg)
+
     @property
     def arrow_schema(self) -> pa.Schema | None:
         """The schema of this stream's batches when known before they run, else None.
@@ -165,6 +305,24 @@ class DataFrameStream:
 
     def _upstream(self) -> tuple[DataFrameStream, ...]:
         return () if self._parent is None else (self._parent,)
+
+    def _is_valid(self, batch_time_ms: int) -> bool:
+        """Whether this stream has a batch at ``batch_time_ms`` (a window: only at its slides)."""
+        return all(p._is_valid(batch_time_ms) for p in self._upstream())
+
+    def _window_frame(self, times: Sequence[int], now_ms: int) -> DataFrame:
+        """The union of this stream's batches at ``times`` (computed during batch ``now_ms``).
+
+        Spark's ``slice``: a derived stream's batch of a window is the union of its
+        batches, each computed from its parent's batch of that time.
+        """
+        assert self._parent is not None and self._fn is not None
+        if list(times) == [now_ms]:
+            return self._dataframe(now_ms)
+        if len(times) <= 1:
+            return self._fn(self._parent._window_frame(times, now_ms))
+        frames = [self._fn(self._parent._window_frame([t], now_ms)) for t in times]
+        return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
     def _forget(self, batch_time_ms: int) -> None:
         with self._lock:
@@ -218,6 +376,10 @@ class UnionStream(DataFrameStream):
     def _upstream(self) -> tuple[DataFrameStream, ...]:
         return self.streams
 
+    def _window_frame(self, times: Sequence[int], now_ms: int) -> DataFrame:
+        frames = [s._window_frame(times, now_ms) for s in self.streams]
+        return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
 
 def describe(stream: DataFrameStream) -> str:
     """How errors name a stream: ``stream 2 (SocketTextReceiver-2)`` or ``a transform``."""
@@ -225,7 +387,7 @@ def describe(stream: DataFrameStream) -> str:
         return f"stream {stream.stream_id} ({stream.receiver.name})"
     if isinstance(stream, UnionStream):
         return f"the union of {', '.join(describe(s) for s in stream.streams)}"
-    return "a transformed stream"
+    return getattr(stream, "description", "a transformed stream")
 
 
 class ReceiverInputStream(DataFrameStream):
@@ -248,6 +410,12 @@ class ReceiverInputStream(DataFrameStream):
     def _dataframe(self, batch_time_ms: int) -> DataFrame:
         with self._lock:
             return self._cache[batch_time_ms]
+
+    def _window_frame(self, times: Sequence[int], now_ms: int) -> DataFrame:
+        """One read over the blocks of every batch in ``times``."""
+        if list(times) == [now_ms]:
+            return self._dataframe(now_ms)
+        return self.graph.read_blocks_of(self, times, now_ms)
 
 
 class StructuredReceiverStream:
