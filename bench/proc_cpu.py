@@ -229,6 +229,7 @@ class TreeSampler:
         self._thread_names: dict[tuple[int, int], str] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._sampled_at = -1.0
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
 
     def __enter__(self) -> TreeSampler:
@@ -272,7 +273,8 @@ class TreeSampler:
             self._wake.clear()
         return self._connected_at
 
-    def _sample(self) -> None:
+    def _sample(self) -> float:
+        """Read the tree's CPU now; returns the time the samples are stamped with."""
         now = time.monotonic()
         tree = descendants(self.root)
         jvms = [p for p, i in tree.items() if i.comm == "java"]
@@ -296,6 +298,7 @@ class TreeSampler:
             self._cpu[pid].append((now, cpu))
             if info.comm == "java":
                 self._sample_threads(pid, now)
+        return now
 
     def _sample_threads(self, pid: int, now: float) -> None:
         try:
@@ -315,15 +318,27 @@ class TreeSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._sample()
+            self._sampled_at = self._sample()
             self._wake.set()
             self._stop.wait(self._period_s)
 
-    def mark(self) -> float:
-        """Sample now (on the caller's thread, under the sampler's pace) and return the time."""
-        self._wake.clear()
-        self._wake.wait(self._period_s * 2 + 1)
-        return time.monotonic()
+    def mark(self, timeout_s: float = 60.0) -> float:
+        """The time of the first sample begun at or after this call (waits for it).
+
+        A window between two marks then has a sample at each end, however late the
+        sampler's thread runs on a busy machine. Raises ``TimeoutError`` after
+        ``timeout_s`` without one (the sampler stopped).
+        """
+        called = time.monotonic()
+        deadline = called + timeout_s
+        while self._sampled_at < called:
+            if self._stop.is_set() or time.monotonic() > deadline:
+                msg = f"the sampler took no sample in {timeout_s:g}s"
+                raise TimeoutError(msg)
+            self._wake.clear()
+            if self._sampled_at < called:
+                self._wake.wait(self._period_s * 2 + 1)
+        return self._sampled_at
 
     def window(self, start_s: float, end_s: float) -> WindowCpu:
         """CPU-seconds per kind, process and JVM thread group used in ``[start_s, end_s]``."""

@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
     p = sub.add_parser("demo", help="streaming word count over a built-in local line source")
     p.add_argument(
-        "--seconds", default="20s", metavar="DURATION", help="how long the source sends (20s)"
+        "--seconds",
+        default="20s",
+        metavar="DURATION",
+        help="how long it streams once the receiver runs (20s)",
     )
     p.add_argument(
         "--rate", type=float, default=20_000.0, help="lines per second offered (default 20000)"

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["run"]
 
 DRAIN_BOUND_S = 30.0
+RECEIVER_START_BOUND_S = 300.0
 
 
 def run(
@@ -77,6 +78,30 @@ def run(
     if args.json:
         print(json.dumps(summary), file=out, flush=True)
     return 0 if summary["ok"] else 1
+
+
+def _wait_for_the_receiver(ssc: Any, say: Callable[..., None]) -> str | None:
+    """Wait (up to :data:`RECEIVER_START_BOUND_S`) until the receiver runs; None if it does.
+
+    The demo's ``--seconds`` count from then: on a busy machine or a cluster whose
+    executors take a while, the receiver's task may start seconds after ``start()``.
+    """
+    deadline = time.monotonic() + RECEIVER_START_BOUND_S
+    told = False
+    while time.monotonic() < deadline:
+        status = ssc.status()
+        if status.failure is not None:
+            return str(status.failure)
+        if status.receivers and all(r.state == "ACTIVE" for r in status.receivers):
+            return None
+        if not told and time.monotonic() > deadline - RECEIVER_START_BOUND_S + 5:
+            say("waiting for the receiver's task to start ...")
+            told = True
+        time.sleep(0.1)
+    return (
+        f"the receiver did not start within {RECEIVER_START_BOUND_S:g}s: are the executors' "
+        "task slots all taken, or can they not reach the driver? (see the Spark UI)"
+    )
 
 
 def _word_count(
@@ -120,11 +145,12 @@ def _word_count(
     ssc.start()
     if ssc.status_page_url:
         say(f"status page {ssc.status_page_url}  (Prometheus: {ssc.status_page_url}metrics)")
-    say(f"streaming for {seconds:g}s at {rate:,.0f} lines/s from {source.host}:{source.port} ...")
+    failed = _wait_for_the_receiver(ssc, say)
     started = time.monotonic()
-    failed = None
+    say(f"streaming for {seconds:g}s at {rate:,.0f} lines/s from {source.host}:{source.port} ...")
     try:
-        ssc.await_termination(timeout_s=seconds)
+        if failed is None:
+            ssc.await_termination(timeout_s=seconds)
     except Exception as e:  # noqa: BLE001 - the stream failed: reported in the summary
         failed = str(e)
     sent = source.finish()

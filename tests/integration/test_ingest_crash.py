@@ -36,7 +36,7 @@ def output_lines(out: Path) -> set[str]:
     return values
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(1200)
 def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
     data, out, ckpt = tmp_path / "data", tmp_path / "out", tmp_path / "ckpt"
     data.mkdir()
@@ -91,7 +91,9 @@ def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
         wait_until(batch_lines, 180, "the first redone batch")
         assert batch_lines()[0].endswith("receivers 0=ACTIVE"), batch_lines()[:3]
         second.send_signal(signal.SIGINT)  # Ctrl-C: graceful stop
-        second.wait(120)
+        # It drains what was received first: on a machine busy many times over (a run
+        # beside a CPU hog took more than 120 s), a bound, not a speed.
+        second.wait(480)
         assert second.returncode == 0, log2()[-3000:]
         assert len(written) == 6000
     finally:

@@ -96,6 +96,7 @@ def test_stop_gracefully_processes_everything_received(spark, receiver):
     assert took < 60
 
 
+@pytest.mark.timeout(900)
 def test_graceful_stop_returns_promptly_when_nothing_is_left(spark):
     """A stopped query leaves blocks no one will read: the stop does not wait them out.
 
@@ -122,9 +123,9 @@ def test_graceful_stop_returns_promptly_when_nothing_is_left(spark):
             .trigger(processingTime="500 milliseconds")
             .start()
         )
-        assert wait_until(lambda: sum(processed) > 20, 90), "nothing processed"
+        assert wait_until(lambda: sum(processed) > 20, 240), "nothing processed"
         rows = lambda: spark.sql("select count(*) from graceful_stop_rows").first()[0]  # noqa: E731
-        assert wait_until(lambda: rows() > 20, 90), "the query read nothing"
+        assert wait_until(lambda: rows() > 20, 240), "the query read nothing"
         query.stop()
         # Blocks keep arriving for the structured stream; no query will read them.
         received = ssc.status().receiver(1).records
@@ -137,7 +138,8 @@ def test_graceful_stop_returns_promptly_when_nothing_is_left(spark):
         took = time.monotonic() - started
     status = ssc.status()
     assert sum(processed) == status.receiver(0).records  # the batch stream lost nothing
-    assert took < 60, f"graceful stop took {took:.0f}s (drain timeout 600s)"
+    # Not a speed test: a stop that waited the unread blocks out would take the 600 s.
+    assert took < 300, f"graceful stop took {took:.0f}s (drain timeout 600s)"
 
 
 def test_graceful_stop_behind_a_backlog_longer_than_the_drain_timeout(spark):
