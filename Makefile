@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test lint docs bench bench-quick bench-smoke chaos soak check-java clean screenshots
+.PHONY: demo test test-fast lint docs bench bench-quick bench-smoke chaos soak check-java clean screenshots
 
 $(STAMP): pyproject.toml
 	@scripts/check-java.sh
@@ -28,6 +28,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	scripts/services.sh install all
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The fast part of the suite for a developer's loop: make test without the long scenarios
+# (the tests marked slow: clusters, kills and restarts, CLI runs; tests/conftest.py says
+# which). CI runs make test, all of it.
+test-fast: $(STAMP)
+	scripts/services.sh install all
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not slow and not bench_smoke'
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

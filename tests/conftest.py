@@ -36,6 +36,27 @@ def spark():
 STANDALONE_FILES = ("tests/integration/test_standalone.py", "tests/integration/test_replication.py")
 
 
+# The files of long scenarios (a Spark, a cluster or a CLI process of their own, kills and
+# restarts: minutes per test). Marked ``slow`` here, so ``make test-fast`` (-m 'not slow')
+# leaves them out; ``make test`` and CI run them all. Together they took two thirds of the
+# suite's worker time in a fresh-clone run on 2026-11-27 (tests' own --durations).
+SLOW_FILES = (
+    *STANDALONE_FILES,
+    "tests/integration/test_broker_ingest_crash.py",
+    "tests/integration/test_chaos.py",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_connect.py",
+    "tests/integration/test_exactly_once.py",
+    "tests/integration/test_ingest_crash.py",
+    "tests/integration/test_large_records.py",
+    "tests/integration/test_mqtt_delivery.py",
+    "tests/integration/test_state_by_key.py",
+    "tests/integration/test_structured_source.py",
+    "tests/integration/test_windows.py",
+    "tests/test_ingest.py",
+)
+
+
 def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
@@ -62,11 +83,18 @@ def pytest_collection_modifyitems(config, items):
             "tests/conftest.py, so that xdist runs every cluster test on one worker"
         )
 
+    missing = [f for f in SLOW_FILES if not (config.rootpath / f).is_file()]
+    if missing:
+        raise pytest.UsageError(f"{missing} in SLOW_FILES (tests/conftest.py) do not exist")
+
     def rank(item) -> int:
         path = _file_of(item.nodeid)
         return 0 if path in STANDALONE_FILES else 1 if path.startswith("tests/integration/") else 2
 
     items.sort(key=rank)  # stable: the order inside each rank stays pytest's
+    for item in items:
+        if _file_of(item.nodeid) in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 try:
