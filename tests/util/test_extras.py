@@ -64,7 +64,7 @@ def test_the_extras_in_pyproject_install_what_the_receivers_import():
     # aiohttp serves the driver's status page too: a core dependency since issue 21
     # (docs/decisions/0006); its extra stays, installing nothing more, for old install lines.
     assert AIOHTTP.distribution in hard and extras[AIOHTTP.extra] == []
-    assert "spark-receivers[all]" in extras["dev"]  # make / CI test every receiver
+    assert "spark-receivers[all,connect]" in extras["dev"]  # make / CI test every receiver
 
 
 class NeedsMissing(Receiver):
