@@ -46,22 +46,23 @@ STANDALONE_FILES = ("tests/integration/test_standalone.py", "tests/integration/t
 
 # The files of long scenarios (a Spark, a cluster or a CLI process of their own, kills and
 # restarts: minutes per test). Marked ``slow`` here, so ``make test-fast`` (-m 'not slow')
-# leaves them out; ``make test`` and CI run them all. Together they took two thirds of the
-# suite's worker time in a fresh-clone run on 2026-11-27 (tests' own --durations).
+# leaves them out; ``make test`` and CI run them all. Listed longest first (worker seconds
+# per file in the fresh-clone run of 2026-11-27 19:33, tests' own --durations): make test's
+# workers start them in this order, so the longest never starts last.
 SLOW_FILES = (
-    *STANDALONE_FILES,
-    "tests/integration/test_broker_ingest_crash.py",
-    "tests/integration/test_chaos.py",
-    "tests/integration/test_cluster.py",
-    "tests/integration/test_connect.py",
-    "tests/integration/test_exactly_once.py",
-    "tests/integration/test_ingest_crash.py",
-    "tests/integration/test_large_records.py",
-    "tests/integration/test_mqtt_delivery.py",
-    "tests/integration/test_state_by_key.py",
-    "tests/integration/test_structured_source.py",
-    "tests/integration/test_windows.py",
-    "tests/test_ingest.py",
+    *STANDALONE_FILES,  # 830 s
+    "tests/integration/test_ingest_crash.py",  # 309 s
+    "tests/test_ingest.py",  # 292 s
+    "tests/integration/test_chaos.py",  # 281 s
+    "tests/integration/test_broker_ingest_crash.py",  # 237 s
+    "tests/integration/test_mqtt_delivery.py",  # 214 s
+    "tests/integration/test_exactly_once.py",  # 195 s
+    "tests/integration/test_connect.py",  # 157 s
+    "tests/integration/test_structured_source.py",  # 154 s
+    "tests/integration/test_cluster.py",  # 122 s
+    "tests/integration/test_large_records.py",  # 101 s
+    "tests/integration/test_windows.py",  # 33 s
+    "tests/integration/test_state_by_key.py",  # 30 s
 )
 
 
@@ -73,8 +74,9 @@ def _file_of(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items):
     """Order for ``make test``'s two workers: the long units first, then the rest.
 
-    The standalone cluster's files, then the other integration files (minutes each), then
-    the unit tests: the worker that gets the last unit then has little left to do alone.
+    The slow files longest first (the standalone cluster's unit leads), then the other
+    integration files, then the unit tests: the worker that gets the last unit then has
+    little left to do alone.
     Every test that uses the ``standalone`` fixture must be in :data:`STANDALONE_FILES`.
     """
     strays = sorted(
@@ -97,7 +99,9 @@ def pytest_collection_modifyitems(config, items):
 
     def rank(item) -> int:
         path = _file_of(item.nodeid)
-        return 0 if path in STANDALONE_FILES else 1 if path.startswith("tests/integration/") else 2
+        if path in SLOW_FILES:
+            return SLOW_FILES.index(path)
+        return len(SLOW_FILES) + (0 if path.startswith("tests/integration/") else 1)
 
     items.sort(key=rank)  # stable: the order inside each rank stays pytest's
     for item in items:
@@ -126,5 +130,9 @@ if LoadFileScheduling is not None:
         ``item._nodeid``, which pytest 9.2 no longer reads.)
         """
         if config.getvalue("dist") == "loadfile":
+            # xdist reorders the units by their number of tests unless told not to: that put
+            # test_chaos (1 test, minutes) last in the run of 2026-11-27 15:00. The order of
+            # pytest_collection_modifyitems above is the one wanted.
+            config.option.loadscopereorder = False
             return _FileOrCluster(config, log)
         return None
