@@ -96,6 +96,18 @@ class StreamGraphLike(Protocol):
         """``stream.update_state_by_key(...)`` (``stream/state.py``)."""
         ...
 
+    def mapped_state(
+        self,
+        stream: DataFrameStream,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        output_schema: Any,
+        timeout_ms: int | None,
+    ) -> DataFrameStream:
+        """``stream.map_with_state(...)`` (``stream/state.py``)."""
+        ...
+
     @property
     def batch_interval_ms(self) -> int:
         """The context's batch interval."""
@@ -253,6 +265,22 @@ class DataFrameStream:
         """
         return self.graph.keyed_state(self, fn, key, state_schema, timeout_ms)
 
+    def map_with_state(
+        self,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        output_schema: Any,
+        timeout_ms: int | None = None,
+    ) -> DataFrameStream:
+        """Records mapped by ``fn(key, rows, state) -> (new_state, output)`` per ``key``.
+
+        Spark's ``mapWithState``: the stream's batch is the output; its
+        ``state_snapshots()`` the whole state. See
+        :class:`~spark_receivers.stream.state.MappedStateStream`.
+        """
+        return self.graph.mapped_state(self, fn, key, state_schema, output_schema, timeout_ms)
+
     def checkpoint(self, interval_ms: int) -> DataFrameStream:
         """Save this stream's state every ``interval_ms``: Spark's ``DStream.checkpoint``.
 
@@ -263,7 +291,7 @@ class DataFrameStream:
         msg = (
             f"checkpoint({interval_ms!r}): {describe(self)} keeps no state across batches; "
             "call it on the stream reduce_by_key_and_window (with inv_reduce_fn) or "
-            "update_state_by_key returns"
+            "update_state_by_key or map_with_state returns"
         )
         raise ConfigError(msg)
 

@@ -37,12 +37,17 @@ if TYPE_CHECKING:
 
 UPDATED = "__updated_ms"
 """The hidden state column of a stream with a timeout: when the key last got rows."""
+OUT = "__output"
+"""The hidden column of a ``map_with_state`` frame: True on its output rows, False on state."""
+OUT_PREFIX = "__output_"
+"""The output columns' prefix in that frame (output and state may share column names)."""
 
 
 class KeyedStateStream(DataFrameStream):
     """The state by key after every batch; made by ``stream.update_state_by_key`` (module doc)."""
 
     stateful = True
+    operation = "update_state_by_key"
 
     def __init__(
         self,
@@ -52,9 +57,9 @@ class KeyedStateStream(DataFrameStream):
         state_schema: Any,
         timeout_ms: int | None = None,
     ) -> None:
-        what = "update_state_by_key"
+        what = self.operation
         if not callable(fn):
-            msg = f"{what}: fn must be a function (key, rows, state) -> state, got {fn!r}"
+            msg = f"{what}: fn must be a function (key, rows, state), got {fn!r}"
             raise ConfigError(msg)
         keys = [key] if isinstance(key, str) else list(key)
         schema = _struct(state_schema, what)
@@ -161,14 +166,119 @@ class KeyedStateStream(DataFrameStream):
         missing = [k for k in self.keys if k not in rows.columns]
         if missing:
             msg = (
-                f"update_state_by_key: the stream's batches have no key column {missing} "
+                f"{self.operation}: the stream's batches have no key column {missing} "
                 f"(columns {rows.columns}); select it in a transform() first"
             )
             raise ConfigError(msg)
-        step = _step_fn(self._update_fn, self.state_schema, t, self.timeout_ms)
+        step = self._step_fn(t)
         keys = self.keys
-        new = rows.groupBy(*keys).cogroup(state.groupBy(*keys))
+        new = rows.groupBy(*keys).cogroup(self._state_rows(state).groupBy(*keys))
         return new.applyInPandas(step, self._internal_schema).localCheckpoint(eager=True)
+
+    def _step_fn(self, t: int) -> Callable[[Any, pd.DataFrame, pd.DataFrame], pd.DataFrame]:
+        return _step_fn(self._update_fn, self.state_schema, t, self.timeout_ms)
+
+    def _state_rows(self, frame: DataFrame) -> DataFrame:
+        """The state rows of a frame ``state_at`` gives (all of them here)."""
+        return frame
+
+
+class MappedStateStream(KeyedStateStream):
+    """Records mapped with a state by key: Spark's ``mapWithState``, by ``stream.map_with_state``.
+
+    At every batch ``fn(key, rows, state)`` is called for every key with rows in the batch
+    (unlike ``update_state_by_key``, a key without rows is not called and keeps its
+    state), ``rows`` and ``state`` pandas frames as there. It returns ``(new_state,
+    output)``: the key's new state row(s) with the ``state_schema`` columns (None or an
+    empty frame removes the key) and the records it maps to with the ``output_schema``
+    columns (None or empty: none). The stream's batch is the output of that batch;
+    :meth:`state_snapshots` is the stream of the whole state after every batch (Spark's
+    ``stateSnapshots``).
+
+    ``timeout_ms``: a key whose state got no rows for that long is called once more with
+    no rows (Spark's ``State.isTimingOut``: ``len(rows) == 0`` says it, for only a timing
+    out key is ever called without rows); its output is kept and its state removed,
+    whatever ``fn`` returns as the new state.
+
+    The state and the output are one frame in Spark (a hidden column tells them apart),
+    materialised and checkpointed as ``update_state_by_key``'s state is.
+    """
+
+    operation = "map_with_state"
+
+    def __init__(
+        self,
+        parent: DataFrameStream,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        output_schema: Any,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self.output_schema = _struct(output_schema, self.operation, "output_schema")
+        super().__init__(parent, fn, key, state_schema, timeout_ms)
+        self.description = f"the records mapped with the state by key {self.keys}"
+
+    def state_snapshots(self) -> DataFrameStream:
+        """The whole state after every batch (Spark's ``stateSnapshots``)."""
+        return StateSnapshotStream(self)
+
+    @property
+    def _internal_schema(self) -> StructType:
+        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+        state = [StructField(f.name, f.dataType, True) for f in self.state_schema.fields]
+        if self.timeout_ms is not None:
+            state.append(StructField(UPDATED, LongType()))
+        out = [
+            StructField(OUT_PREFIX + f.name, f.dataType, True) for f in self.output_schema.fields
+        ]
+        return StructType([*state, StructField(OUT, BooleanType(), False), *out])
+
+    def _compute(self, batch_time_ms: int) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        frame = self.state_at(batch_time_ms, batch_time_ms).filter(F.col(OUT))
+        return frame.select(
+            *[F.col(OUT_PREFIX + n).alias(n) for n in self.output_schema.fieldNames()]
+        )
+
+    def snapshot(self, batch_time_ms: int) -> DataFrame:
+        """The whole state after the batch at ``batch_time_ms``."""
+        frame = self._state_rows(self.state_at(batch_time_ms, batch_time_ms))
+        return frame.select(*self.state_schema.fieldNames())
+
+    def _from_table(self, table: Any) -> DataFrame:
+        # From Arrow, not pandas: the state's integers are null on the output rows.
+        return self.graph.spark.createDataFrame(table, self._internal_schema)
+
+    def _state_rows(self, frame: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        return frame.filter(~F.col(OUT))
+
+    def _step_fn(self, t: int) -> Callable[[Any, pd.DataFrame, pd.DataFrame], pd.DataFrame]:
+        return _map_step_fn(
+            self._update_fn, self.state_schema, self._internal_schema, t, self.timeout_ms
+        )
+
+
+class StateSnapshotStream(DataFrameStream):
+    """The whole state of a :class:`MappedStateStream` after every batch."""
+
+    stateful = True
+
+    def __init__(self, parent: MappedStateStream) -> None:
+        super().__init__(parent.graph, parent, None)
+        self.description = f"the state snapshots of {parent.description}"
+
+    def _compute(self, batch_time_ms: int) -> DataFrame:
+        assert isinstance(self._parent, MappedStateStream)
+        return self._parent.snapshot(batch_time_ms)
+
+    def _window_frame(self, times: Any, now_ms: int) -> DataFrame:
+        msg = "a window over a stateful stream is refused when it is made"
+        raise AssertionError(msg)
 
 
 def _step_fn(
@@ -198,7 +308,59 @@ def _step_fn(
     return step
 
 
-def _struct(schema: Any, what: str) -> StructType:
+def _map_step_fn(
+    fn: Callable[[Any, Any, Any], Any],
+    schema: StructType,
+    internal: StructType,
+    t: int,
+    timeout_ms: int | None,
+) -> Callable[[Any, pd.DataFrame, pd.DataFrame], pd.DataFrame]:
+    """What runs in Spark for one key at batch ``t`` of a ``map_with_state``."""
+    state_names = schema.fieldNames()
+    columns = internal.fieldNames()
+    out_names = [c.removeprefix(OUT_PREFIX) for c in columns if c.startswith(OUT_PREFIX)]
+
+    def step(key: Any, rows: pd.DataFrame, state: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd
+
+        timing_out = (
+            timeout_ms is not None
+            and len(rows) == 0
+            and len(state) > 0
+            and int(state[UPDATED].iloc[0]) <= t - timeout_ms
+        )
+        if len(rows) == 0 and not timing_out:
+            # Not called: the state stays as it is. As Python objects: a column Spark gave
+            # as Arrow-backed (the all-null output columns) does not go back as it came.
+            return state[columns].astype(object)
+        new_state, output = _pair(fn(key, rows, state[state_names].reset_index(drop=True)))
+        parts = []
+        if not timing_out and new_state is not None and len(new_state):
+            part = new_state[state_names].assign(**{OUT: False})
+            if timeout_ms is not None:
+                part = part.assign(**{UPDATED: t})
+            parts.append(part)
+        if output is not None and len(output):
+            part = output[out_names].rename(columns=lambda c: OUT_PREFIX + str(c))
+            parts.append(part.assign(**{OUT: True}))
+        if not parts:
+            return state.iloc[0:0][columns].astype(object)
+        return pd.concat(parts, ignore_index=True).reindex(columns=columns).astype(object)
+
+    return step
+
+
+def _pair(result: Any) -> tuple[Any, Any]:
+    if isinstance(result, tuple) and len(result) == 2:
+        return result
+    msg = (
+        "map_with_state: fn must return (new_state, output), two pandas frames or None, "
+        f"got {type(result).__name__}"
+    )
+    raise TypeError(msg)
+
+
+def _struct(schema: Any, what: str, field: str = "state_schema") -> StructType:
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     if isinstance(schema, StructType):
@@ -207,9 +369,9 @@ def _struct(schema: Any, what: str) -> StructType:
         try:
             parsed = _parse_datatype_string(schema)
         except Exception as e:
-            msg = f"{what}: state_schema {schema!r} is not a DDL schema: {e}"
+            msg = f"{what}: {field} {schema!r} is not a DDL schema: {e}"
             raise ConfigError(msg) from e
         if isinstance(parsed, StructType):
             return parsed
-    msg = f"{what}: state_schema must be a DDL string or a StructType, got {schema!r}"
+    msg = f"{what}: {field} must be a DDL string or a StructType, got {schema!r}"
     raise ConfigError(msg)

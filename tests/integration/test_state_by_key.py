@@ -52,6 +52,44 @@ def reference(rounds, timeout_ms=None):
     return out
 
 
+def running_count(key, rows, state):
+    """Spark's mapWithState example: each word seen maps to its running count."""
+    before = int(state["n"].iloc[0]) if len(state) else 0
+    if len(rows) == 0:  # only a key timing out is called without rows
+        return None, pd.DataFrame({"key": [key[0]], "n": [before], "event": ["timed out"]})
+    n = before + len(rows)
+    state = pd.DataFrame({"key": [key[0]], "n": [n]})
+    return state, pd.DataFrame({"key": [key[0]], "n": [n], "event": ["seen"]})
+
+
+def mapped_reference(rounds, timeout_ms=None):
+    """What map_with_state(running_count) gives per batch: (time, output, state after)."""
+    state: dict[str, int] = {}
+    updated: dict[str, int] = {}
+    out = []
+    for i, lines in enumerate(rounds):
+        t = 101_000 + i * INTERVAL
+        mapped = []
+        if timeout_ms is not None:
+            for k in [k for k in state if k not in lines and updated[k] <= t - timeout_ms]:
+                mapped.append((k, state[k], "timed out"))
+                del state[k], updated[k]
+        for k in sorted(set(lines)):
+            state[k] = state.get(k, 0) + lines.count(k)
+            updated[k] = t
+            mapped.append((k, state[k], "seen"))
+        out.append((t, sorted(mapped), dict(state)))
+    return out
+
+
+class Mapped:
+    def __init__(self) -> None:
+        self.by_time: dict[int, list] = {}
+
+    def __call__(self, df, t: int) -> None:
+        self.by_time[t] = sorted((r["key"], r["n"], r["event"]) for r in df.collect())
+
+
 class States:
     def __init__(self) -> None:
         self.by_time: dict[int, dict] = {}
@@ -89,10 +127,42 @@ def test_update_state_by_key_with_a_timeout_matches_the_reference(spark):
     assert plain.by_time[110_000]["b"] == 2
 
 
+def test_map_with_state_maps_only_keys_with_rows_and_calls_a_timing_out_key_once(spark):
+    clock, feed = ManualClock(START), LineFeed()
+    ssc = StreamingContext(spark, INTERVAL, clock=clock)
+    words = ssc.receiver_stream(SocketTextReceiver("127.0.0.1", feed.port)).transform(
+        lambda df: df.withColumnRenamed("value", "key")
+    )
+    plain, timed, snapshots = Mapped(), Mapped(), States()
+    schema, out = "key string, n bigint", "key string, n bigint, event string"
+    words.map_with_state(running_count, "key", schema, out).foreach_batch(plain)
+    mapped = words.map_with_state(running_count, "key", schema, out, timeout_ms=2 * INTERVAL)
+    mapped.foreach_batch(timed)
+    mapped.state_snapshots().foreach_batch(snapshots)
+    ssc.start()
+    try:
+        rounds = Rounds(ssc, clock, feed)
+        for lines in ROUNDS:
+            rounds.run(lines)
+    finally:
+        ssc.stop(graceful=False)
+        feed.close()
+    want, want_timed = mapped_reference(ROUNDS), mapped_reference(ROUNDS, 2 * INTERVAL)
+    assert sorted(plain.by_time.items()) == [(t, mapped) for t, mapped, _ in want]
+    assert sorted(timed.by_time.items()) == [(t, mapped) for t, mapped, _ in want_timed]
+    assert sorted(snapshots.by_time.items()) == [(t, state) for t, _, state in want_timed]
+    # "a" got no rows at 102_000 and 103_000: called once more, timing out, at 103_000;
+    # "b" (rows at 102_000) at 104_000. Without a timeout a key without rows is not called.
+    assert timed.by_time[103_000] == [("a", 2, "timed out")]
+    assert ("b", 2, "timed out") in timed.by_time[104_000]
+    assert plain.by_time[103_000] == []
+    assert plain.by_time[104_000] == [("a", 3, "seen"), ("c", 1, "seen")]
+
+
 def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_path):
     checkpoint = str(tmp_path / "checkpoint")
     feed = LineFeed()
-    states = States()
+    states, mapped = States(), Mapped()
     made: list = []
 
     def create(clock):
@@ -110,6 +180,10 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
             state = words.update_state_by_key(count_words, "key", "key string, n bigint")
             state.checkpoint(2 * INTERVAL).foreach_batch(states)
             made.append(state)
+            out = "key string, n bigint, event string"
+            words.map_with_state(running_count, "key", "key string, n bigint", out).checkpoint(
+                2 * INTERVAL
+            ).foreach_batch(mapped)
             return ssc
 
         return make
@@ -124,8 +198,9 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
     finally:
         ssc.stop(graceful=False)  # the driver goes away after batch 105_000
     assert last == 105_000
-    saved = sorted(os.listdir(os.path.join(checkpoint, "state", "window-0")))
-    assert saved == ["state-102000.arrow", "state-104000.arrow"]  # every 2 batches
+    for name in ("window-0", "window-1"):  # update_state_by_key's, map_with_state's
+        saved = sorted(os.listdir(os.path.join(checkpoint, "state", name)))
+        assert saved == ["state-102000.arrow", "state-104000.arrow"]  # every 2 batches
 
     feed.reconnected()
     clock = ManualClock(last + 500)
@@ -140,6 +215,7 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
         ssc.stop(graceful=False)
         feed.close()
     assert sorted(states.by_time.items()) == reference(ROUNDS)
+    assert sorted(mapped.by_time.items()) == [(t, m) for t, m, _ in mapped_reference(ROUNDS)]
     # The restarted driver loaded the state of 104_000 and computed 105_000 again from
     # its blocks (read back from the receiver WAL), then one batch at a time.
     assert made[1].computed == [105_000, 106_000, 107_000, 108_000, 109_000, 110_000]
@@ -155,3 +231,10 @@ def test_update_state_by_key_checks_its_arguments(spark):
     state = lines.update_state_by_key(count_words, "key", "key string, n bigint")
     with pytest.raises(ConfigError, match="a multiple of the batch interval"):
         state.checkpoint(1500)
+    with pytest.raises(ConfigError, match="map_with_state: output_schema 'key strin' is not"):
+        lines.map_with_state(running_count, "key", "key string, n bigint", "key strin")
+    with pytest.raises(ConfigError, match=r"map_with_state: the state_schema .* \['word'\]"):
+        lines.map_with_state(running_count, "word", "key string, n bigint", "key string")
+    mapped = lines.map_with_state(running_count, "key", "key string, n bigint", "key string")
+    with pytest.raises(ConfigError, match=r"window of the state snapshots of .*: a window or"):
+        mapped.state_snapshots().window(2 * INTERVAL)

@@ -37,7 +37,7 @@ from spark_receivers.stream import (
     UnionStream,
     describe,
 )
-from spark_receivers.stream.state import KeyedStateStream
+from spark_receivers.stream.state import KeyedStateStream, MappedStateStream
 from spark_receivers.stream.windows import ReducedWindowedStream, WindowedStream
 
 if TYPE_CHECKING:
@@ -164,6 +164,18 @@ class StreamGraph:
     ) -> KeyedStateStream:
         """``stream.update_state_by_key(...)``: see :class:`KeyedStateStream`."""
         return KeyedStateStream(stream, fn, key, state_schema, timeout_ms)
+
+    def mapped_state(
+        self,
+        stream: DataFrameStream,
+        fn: Callable[[Any, Any, Any], Any],
+        key: str | list[str],
+        state_schema: Any,
+        output_schema: Any,
+        timeout_ms: int | None,
+    ) -> MappedStateStream:
+        """``stream.map_with_state(...)``: see :class:`MappedStateStream`."""
+        return MappedStateStream(stream, fn, key, state_schema, output_schema, timeout_ms)
 
     def reduced_windowed(
         self,
