@@ -131,6 +131,7 @@ class StreamingContext:
             self._bus,
             keep=self.config.ui_retained_batches,
             describe=self._describe_stream,
+            state_operators=self._graph.state_operators,
         )
         self._bus.add(self._progress)
         # Imported here: executors import this package to unpickle receivers, and need

@@ -23,7 +23,9 @@ from it after a restart).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError
@@ -41,6 +43,19 @@ OUT = "__output"
 """The hidden column of a ``map_with_state`` frame: True on its output rows, False on state."""
 OUT_PREFIX = "__output_"
 """The output columns' prefix in that frame (output and state may share column names)."""
+
+
+@dataclass(frozen=True)
+class StateStats:
+    """The state of a stateful stream after one batch: its size and what it cost."""
+
+    rows: int
+    """Keys (state rows) after the batch."""
+    update_ms: int
+    """Computing the batch's state (Spark's applyInPandas and the local checkpoint)."""
+    save_ms: int = 0
+    """Saving it to the checkpoint directory; 0 when not saved at this batch."""
+    saved_bytes: int = 0
 
 
 class KeyedStateStream(DataFrameStream):
@@ -87,6 +102,7 @@ class KeyedStateStream(DataFrameStream):
         self._state_lock = threading.RLock()
         self.computed: list[int] = []
         """Times of the batches whose state was computed (not loaded from the checkpoint)."""
+        self._stats: dict[int, StateStats] = {}
 
     def checkpoint(self, interval_ms: int) -> KeyedStateStream:
         """Save the state every ``interval_ms`` (a multiple of the batch interval)."""
@@ -146,16 +162,28 @@ class KeyedStateStream(DataFrameStream):
                 state = graph.spark.createDataFrame([], self._internal_schema)
             while t < batch_time_ms:
                 t += interval
+                began = time.monotonic()
                 state = self._step(state, t, now_ms)
+                stats = StateStats(self._state_rows(state).count(), _ms_since(began))
                 self._states[t] = state
                 self.computed.append(t)
                 if store is not None and (t - zero) % self.checkpoint_interval_ms == 0:
+                    began = time.monotonic()
                     table = state.toArrow()
                     store.save(self.name, t, table, t - 2 * self.checkpoint_interval_ms)
+                    stats = replace(stats, save_ms=_ms_since(began), saved_bytes=table.nbytes)
+                self._stats[t] = stats
             for old in [x for x in self._states if x < batch_time_ms]:
                 del self._states[old]
+            for old in [x for x in self._stats if x < batch_time_ms - self._remember_ms()]:
+                del self._stats[old]
             self._states[batch_time_ms] = state
             return state
+
+    def stats(self, batch_time_ms: int) -> StateStats | None:
+        """The state's size and cost at that batch; None when this run did not compute it."""
+        with self._state_lock:
+            return self._stats.get(batch_time_ms)
 
     def _from_table(self, table: Any) -> DataFrame:
         return self.graph.spark.createDataFrame(table.to_pandas(), self._internal_schema)
@@ -279,6 +307,10 @@ class StateSnapshotStream(DataFrameStream):
     def _window_frame(self, times: Any, now_ms: int) -> DataFrame:
         msg = "a window over a stateful stream is refused when it is made"
         raise AssertionError(msg)
+
+
+def _ms_since(began: float) -> int:
+    return round((time.monotonic() - began) * 1000)
 
 
 def _step_fn(

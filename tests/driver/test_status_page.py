@@ -18,6 +18,7 @@ from spark_receivers.driver.observe.prometheus import BatchMetrics, ReceiverColl
 from spark_receivers.driver.observe.receiver_metrics import ReceiverMetricsInfo
 from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatus
 from spark_receivers.driver.observe.status_api import StatusApi, StreamDescription
+from spark_receivers.driver.observe.streaming_progress import StateOperatorProgress
 from spark_receivers.driver.observe.ui_server import StatusServer
 from spark_receivers.errors import ConfigError
 
@@ -57,7 +58,14 @@ def batch(t: int, records: int, failed: bool = False) -> BatchInfo:
 def parts():
     registry = new_registry()
     batches = BatchMetrics(registry)
-    progress = ProgressRecorder(1000, lambda: {}, keep=10, describe=lambda s: f"stream {s}")
+
+    def state_operators(t: int) -> list[StateOperatorProgress]:
+        saved = (7, 640) if t == 2000 else (0, 0)  # saved to the checkpoint at 2000 only
+        return [StateOperatorProgress("map_with_state", "window-0", t // 100, 12, *saved)]
+
+    progress = ProgressRecorder(
+        1000, lambda: {}, keep=10, describe=lambda s: f"stream {s}", state_operators=state_operators
+    )
     for i, t in enumerate((1000, 2000, 3000)):
         info = batch(t, 300 * (i + 1), failed=t == 3000)
         progress.on_batch_completed(info)
@@ -118,6 +126,11 @@ def test_page_api_and_metrics_are_served(parts):
         assert batches[1]["status"] == "FAILED" and batches[1]["firstFailureReason"] == "boom"
         assert batches[0]["streams"][0]["metadata"] == [{"offset": 2000}]
         assert batches[0]["processingTime"] == 240 and batches[0]["schedulingDelay"] == 10
+        assert batches[0]["stateOperators"] == [
+            {"operatorName": "map_with_state", "numRowsTotal": 20, "allUpdatesTimeMs": 12,
+             "commitTimeMs": 7, "customMetrics": {"stateName": "window-0", "savedBytes": 640}}
+        ]  # fmt: skip
+        assert batches[1]["stateOperators"][0]["customMetrics"]["savedBytes"] == 0
         assert get(base + "api/v1/batches?limit=x")[0] == 400
 
         code, headers, text = get(base + "metrics")

@@ -122,6 +122,15 @@ def test_update_state_by_key_with_a_timeout_matches_the_reference(spark):
         feed.close()
     assert sorted(plain.by_time.items()) == reference(ROUNDS)
     assert sorted(timed.by_time.items()) == reference(ROUNDS, timeout_ms=2 * INTERVAL)
+    # Each batch's progress has the size of both states (keys after the batch).
+    progress = {p.batch_time_ms: p.to_dict() for p in ssc.recent_progress}
+    for (t, state), (_, timed_state) in zip(
+        reference(ROUNDS), reference(ROUNDS, timeout_ms=2 * INTERVAL), strict=True
+    ):
+        ops = progress[t]["stateOperators"]
+        assert [o["operatorName"] for o in ops] == ["update_state_by_key"] * 2
+        assert [o["numRowsTotal"] for o in ops] == [len(state), len(timed_state)]
+        assert all(o["allUpdatesTimeMs"] >= 0 and o["commitTimeMs"] == 0 for o in ops)
     # "b" got nothing after 102_000: gone at 104_000 with a 2 s timeout, kept without one.
     assert "b" not in timed.by_time[104_000] and timed.by_time[103_000]["b"] == 2
     assert plain.by_time[110_000]["b"] == 2
@@ -198,6 +207,15 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
     finally:
         ssc.stop(graceful=False)  # the driver goes away after batch 105_000
     assert last == 105_000
+    progress = {p.batch_time_ms: p.to_dict() for p in ssc.recent_progress}
+    for t in (102_000, 104_000):  # saved at these batches, with the bytes it took
+        ops = progress[t]["stateOperators"]
+        assert [o["operatorName"] for o in ops] == ["update_state_by_key", "map_with_state"]
+        assert all(o["customMetrics"]["savedBytes"] > 0 for o in ops), ops
+    assert [o["customMetrics"]["savedBytes"] for o in progress[103_000]["stateOperators"]] == [
+        0,
+        0,
+    ]
     for name in ("window-0", "window-1"):  # update_state_by_key's, map_with_state's
         saved = sorted(os.listdir(os.path.join(checkpoint, "state", name)))
         assert saved == ["state-102000.arrow", "state-104000.arrow"]  # every 2 batches

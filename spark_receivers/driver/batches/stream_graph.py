@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_receivers.driver.batches.job_generator import OutputOperation
+from spark_receivers.driver.observe.streaming_progress import StateOperatorProgress
 from spark_receivers.errors import ConfigError, StateError
 from spark_receivers.receiver.schema import as_arrow_schema
 from spark_receivers.stream import (
@@ -65,6 +66,8 @@ class StreamGraph:
         self._interval_ms = batch_interval_ms
         self._zero_ms = -1
         self._windows: dict[int, tuple[str, int]] = {}
+        self._keyed: list[KeyedStateStream] = []
+        """The streams keeping state by key, for the progress's ``stateOperators``."""
         """Stream id of a windowed or stateful stream → (its name, the batches it needs, ms)."""
         self._blocks_of: BlocksOf | None = None
         self._state_store: StateStoreLike | None = None
@@ -163,7 +166,9 @@ class StreamGraph:
         timeout_ms: int | None,
     ) -> KeyedStateStream:
         """``stream.update_state_by_key(...)``: see :class:`KeyedStateStream`."""
-        return KeyedStateStream(stream, fn, key, state_schema, timeout_ms)
+        state = KeyedStateStream(stream, fn, key, state_schema, timeout_ms)
+        self._keyed.append(state)
+        return state
 
     def mapped_state(
         self,
@@ -175,7 +180,27 @@ class StreamGraph:
         timeout_ms: int | None,
     ) -> MappedStateStream:
         """``stream.map_with_state(...)``: see :class:`MappedStateStream`."""
-        return MappedStateStream(stream, fn, key, state_schema, output_schema, timeout_ms)
+        state = MappedStateStream(stream, fn, key, state_schema, output_schema, timeout_ms)
+        self._keyed.append(state)
+        return state
+
+    def state_operators(self, batch_time_ms: int) -> list[StateOperatorProgress]:
+        """The progress's ``stateOperators`` of a batch: each keyed state stream's stats."""
+        out = []
+        for state in self._keyed:
+            stats = state.stats(batch_time_ms)
+            if stats is not None:
+                out.append(
+                    StateOperatorProgress(
+                        operator_name=state.operation,
+                        state_name=state.name,
+                        num_rows_total=stats.rows,
+                        all_updates_time_ms=stats.update_ms,
+                        commit_time_ms=stats.save_ms,
+                        saved_bytes=stats.saved_bytes,
+                    )
+                )
+        return out
 
     def reduced_windowed(
         self,

@@ -14,7 +14,7 @@ import enum
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from spark_receivers.driver.observe.listener import (
     BatchInfo,
@@ -25,6 +25,7 @@ from spark_receivers.driver.observe.listener import (
 from spark_receivers.driver.observe.streaming_progress import (
     OutputOperationProgress,
     SourceProgress,
+    StateOperatorProgress,
     StreamingProgress,
     stream_uuid,
 )
@@ -38,7 +39,8 @@ class ProgressRecorder(StreamingListener):
     Registered on the context's listener bus; ``on_batch_completed`` runs on the
     bus thread, does not block, and posts ``on_batch_progress`` to ``bus``.
     ``receiver_states`` gives the receivers' states (an empty mapping before the
-    receivers are tracked); ``describe(stream_id)`` a stream's description.
+    receivers are tracked); ``describe(stream_id)`` a stream's description;
+    ``state_operators(batch_time_ms)`` the stateful streams' state after that batch.
     Readers on other threads get immutable records.
     """
 
@@ -50,11 +52,13 @@ class ProgressRecorder(StreamingListener):
         keep: int = 1000,
         describe: Callable[[int], str] | None = None,
         progress_id: str | None = None,
+        state_operators: Callable[[int], Sequence[StateOperatorProgress]] | None = None,
     ) -> None:
         self._interval_ms = batch_interval_ms
         self._receiver_states = receiver_states
         self._bus = bus
         self._describe = describe or (lambda sid: f"stream {sid}")
+        self._state_operators = state_operators or (lambda batch_time_ms: ())
         self.id = progress_id or stream_uuid(None)
         """The ``id`` of every progress (see :func:`stream_uuid`)."""
         self.run_id = str(uuid.uuid4())
@@ -150,4 +154,5 @@ class ProgressRecorder(StreamingListener):
             output_operations=operations,
             failed=any(o.failure_reason for o in operations),
             receivers={str(sid): s.name for sid, s in sorted(self._receiver_states().items())},
+            state_operators=tuple(self._state_operators(info.batch_time_ms)),
         )

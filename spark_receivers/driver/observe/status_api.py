@@ -184,4 +184,5 @@ def _batch(p: StreamingProgress) -> dict[str, Any]:
             }
             for s in p.sources
         ],
+        "stateOperators": [o.to_dict() for o in p.state_operators],
     }

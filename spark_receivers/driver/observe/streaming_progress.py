@@ -28,8 +28,14 @@ JSON field                  here
                             metadata of its first and last block, when there is
                             any; else ``null``), ``metrics`` (blocks, bytes)
 ``sink``                    the output operations (``numOutputRows`` -1: unknown)
+``stateOperators[]``        one per stream keeping state by key
+                            (``update_state_by_key``, ``map_with_state``):
+                            ``operatorName``, ``numRowsTotal`` (keys in the state
+                            after the batch), ``allUpdatesTimeMs`` (computing it),
+                            ``commitTimeMs`` (saving it to the checkpoint, 0 when
+                            not saved at this batch), ``customMetrics``
+                            (``stateName``, ``savedBytes``)
 ``eventTime``,              empty: not known to a receiver stream
-``stateOperators``,
 ``observedMetrics``
 ==========================  =====================================================
 
@@ -50,6 +56,7 @@ from typing import Any
 __all__ = [
     "OutputOperationProgress",
     "SourceProgress",
+    "StateOperatorProgress",
     "StreamingProgress",
     "iso_time",
     "stream_uuid",
@@ -67,6 +74,30 @@ def stream_uuid(checkpoint_dir: str | None) -> str:
     if checkpoint_dir:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, "spark-receivers:" + checkpoint_dir))
     return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class StateOperatorProgress:
+    """The state of one stateful stream after a batch (Structured's ``StateOperatorProgress``)."""
+
+    operator_name: str
+    state_name: str
+    """The stream's name in the checkpoint: ``<checkpoint_dir>/state/<state_name>``."""
+    num_rows_total: int
+    all_updates_time_ms: int
+    commit_time_ms: int
+    saved_bytes: int
+    """Bytes of the state saved at this batch (Arrow), 0 when not saved at it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        return {
+            "operatorName": self.operator_name,
+            "numRowsTotal": self.num_rows_total,
+            "allUpdatesTimeMs": self.all_updates_time_ms,
+            "commitTimeMs": self.commit_time_ms,
+            "customMetrics": {"stateName": self.state_name, "savedBytes": self.saved_bytes},
+        }
 
 
 @dataclass(frozen=True)
@@ -156,6 +187,7 @@ class StreamingProgress:
     receivers: dict[str, str] = field(default_factory=dict)
     """Each stream's receiver state (``ACTIVE``...) when the batch completed, by stream id."""
     name: str | None = None
+    state_operators: tuple[StateOperatorProgress, ...] = ()
 
     @property
     def timestamp(self) -> str:
@@ -185,7 +217,7 @@ class StreamingProgress:
             "processedRowsPerSecond": self.processed_rows_per_second,
             "durationMs": durations,
             "eventTime": {},
-            "stateOperators": [],
+            "stateOperators": [s.to_dict() for s in self.state_operators],
             "sources": [s.to_dict() for s in self.sources],
             "sink": {
                 "description": f"foreach_batch[{names}]",

@@ -167,12 +167,17 @@ function renderBatches(batches, intervalMs) {
       if (meta) line.append(el("code", {}, meta));
       perStream.append(line);
     }
-    const ops = b.outputOperations.map((o) => `${o.name} ${fmt(o.durationMs)} ms`).join(", ");
+    const ops = el("td", {}, b.outputOperations.map((o) => `${o.name} ${fmt(o.durationMs)} ms`).join(", "));
+    for (const o of b.stateOperators || []) {
+      const m = o.customMetrics;
+      const saved = m.savedBytes ? `, saved ${fmt(m.savedBytes)} bytes in ${fmt(o.commitTimeMs)} ms` : "";
+      ops.append(el("div", { class: "muted" }, `${o.operatorName} ${m.stateName}: ${fmt(o.numRowsTotal)} keys, ${fmt(o.allUpdatesTimeMs)} ms${saved}`));
+    }
     tr.append(
       el("td", {}, clock(b.batchTime)), el("td", { class: "num" }, fmt(b.inputSize)), perStream,
       el("td", { class: "num" }, `${fmt(b.schedulingDelay)} ms`),
       el("td", { class: "num" }, `${fmt(b.processingTime)} ms`),
-      el("td", { class: "num" }, `${fmt(b.totalDelay)} ms`), el("td", {}, ops),
+      el("td", { class: "num" }, `${fmt(b.totalDelay)} ms`), ops,
       el("td", { class: `status-${b.status}` }, b.firstFailureReason ? `${b.status}: ${b.firstFailureReason.split("\n").slice(-2).join(" ")}` : b.status),
     );
     return tr;
