@@ -5,7 +5,9 @@ WALs, a reliable receiver reading the test's acking source) and an idempotent
 sink: every batch is written with Spark to ``<out>/batch=<time>`` in overwrite
 mode, then a manifest of its records goes to ``<out>/manifests/<time>-<pid>.json``
 and the batch lingers ``--slow-ms`` so that the test can kill the driver in the
-middle of a batch. Stops gracefully on SIGTERM (``stop_gracefully_on_shutdown``).
+middle of a batch. With ``--state``, a count per key (``value % 10``) kept by
+``update_state_by_key`` (saved every 2 batches) is written after every batch to
+``<out>/state=<time>``. Stops gracefully on SIGTERM (``stop_gracefully_on_shutdown``).
 Prints ``FRESH`` or ``RECOVERED <batches>`` once started, ``STOPPED`` at the end.
 """
 
@@ -35,6 +37,14 @@ def read_values(path: str) -> list[str]:
     return [v for f in files for v in pq.read_table(f).column("value").to_pylist()]
 
 
+def count_rows(key, rows, state):
+    """A running count per key (update_state_by_key's function, pickled by value)."""
+    import pandas as pd
+
+    before = int(state["n"].iloc[0]) if len(state) else 0
+    return pd.DataFrame({"key": [key[0]], "n": [before + len(rows)]})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", required=True)
@@ -42,6 +52,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--slow-ms", type=int, default=1500)
     parser.add_argument("--remote", default=None, help="a Spark Connect server's sc:// URL")
+    parser.add_argument("--state", action="store_true", help="also keep a count per key")
     args = parser.parse_args()
     harness = load_chaos_harness()
     if args.remote:
@@ -74,6 +85,9 @@ def main() -> int:
         os.replace(name + ".tmp", name)
         pause.wait(args.slow_ms / 1000.0)  # the batch is still running: a kill lands here
 
+    def save_state(df, batch_time_ms: int) -> None:
+        df.write.mode("overwrite").parquet(os.path.join(args.out, f"state={batch_time_ms}"))
+
     def create() -> StreamingContext:
         cfg = StreamingConfig(
             receiver_wal_enabled=True,
@@ -84,6 +98,12 @@ def main() -> int:
         ssc = StreamingContext(spark, 2000, checkpoint_dir=args.checkpoint, config=cfg)
         stream = ssc.receiver_stream(harness.ReliableTcpReceiver("127.0.0.1", args.port))
         stream.foreach_batch(sink, "parquet-sink")
+        if args.state:
+            keys = stream.transform(
+                lambda df: df.selectExpr("CAST(CAST(value AS INT) % 10 AS STRING) AS key")
+            )
+            state = keys.update_state_by_key(count_rows, "key", "key string, n bigint")
+            state.checkpoint(4000).foreach_batch(save_state, "state-sink")
         return ssc
 
     ssc = StreamingContext.get_or_create(args.checkpoint, create)

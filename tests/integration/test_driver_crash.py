@@ -5,7 +5,9 @@ dir, both WALs, a reliable receiver and an idempotent Parquet sink keyed by
 batch time. The test kills its whole process tree while a batch is running,
 restarts it, and checks: the re-run batch holds exactly the records it held
 before the crash, every acknowledged record is in some batch's output, and a
-record the source sent only once is in exactly one batch. The second driver is
+record the source sent only once is in exactly one batch. With ``--state`` (the
+local test) a count per key kept by ``update_state_by_key`` ends equal to the
+count of the batches' records: the state of an uninterrupted run over them. The second driver is
 stopped with SIGTERM (``stop_gracefully_on_shutdown``).
 """
 
@@ -38,20 +40,27 @@ def manifests(out: str) -> dict[tuple[int, int], list[int]]:
     return found
 
 
+def batch_dirs(out: str, kind: str = "batch") -> dict[int, str]:
+    """``<out>/<kind>=<time>`` directories Spark completed (with _SUCCESS), by time."""
+    found = {}
+    for path in glob.glob(os.path.join(out, f"{kind}=*")):
+        if os.path.exists(os.path.join(path, "_SUCCESS")):
+            found[int(path.rsplit("=", 1)[1])] = path
+    return found
+
+
 def outputs(out: str) -> dict[int, list[int]]:
     """The records of every batch's Parquet directory (complete ones: with _SUCCESS)."""
     result = {}
-    for path in glob.glob(os.path.join(out, "batch=*")):
-        if os.path.exists(os.path.join(path, "_SUCCESS")):
-            t = int(path.rsplit("=", 1)[1])
-            files = sorted(glob.glob(os.path.join(path, "*.parquet")))
-            result[t] = [int(v) for f in files for v in pq.read_table(f)["value"].to_pylist()]
+    for t, path in batch_dirs(out).items():
+        files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+        result[t] = [int(v) for f in files for v in pq.read_table(f)["value"].to_pylist()]
     return result
 
 
 @pytest.mark.timeout(480)
 def test_driver_crash_mid_batch_recovers_the_same_batches_and_loses_nothing(tmp_path):
-    crash_and_recover(tmp_path)
+    crash_and_recover(tmp_path, ("--state",))
 
 
 def crash_and_recover(tmp_path: Path, extra_args: tuple[str, ...] = ()) -> None:
@@ -128,6 +137,16 @@ def crash_and_recover(tmp_path: Path, extra_args: tuple[str, ...] = ()) -> None:
         }
         for t, values in final.items():
             assert sorted(values) == last_manifest.get(t, [])  # empty batches: no manifest
+        if "--state" in extra_args:
+            # The state after the last batch counts every record of every batch once: what
+            # an uninterrupted run gives (a batch counted twice, or skipped, after the
+            # restart from the saved state would not).
+            states = batch_dirs(out, "state")
+            assert max(states) == max(final)
+            table = pq.read_table(states[max(states)])
+            got = dict(zip(table["key"].to_pylist(), table["n"].to_pylist(), strict=True))
+            want = Counter(str(v % 10) for values in final.values() for v in values)
+            assert got == dict(want)
     finally:
         for p in procs:
             if p.poll() is None:
