@@ -468,6 +468,7 @@ class StructuredReceiverStream:
         self._graph = graph
         self.receiver = receiver
         self.stream_id = stream_id
+        self._read = False
 
     def source_options(self) -> dict[str, str]:
         """The options of ``spark.readStream.format("spark_receivers")`` for this stream.
@@ -482,12 +483,25 @@ class StructuredReceiverStream:
 
         ``max_records_per_trigger`` caps the records of one micro-batch (Spark's
         ``ReadMaxRows``; the ``maxRecordsPerTrigger`` option).
+
+        One query per stream: the block log forgets what its query commits, so a second
+        call raises :class:`ConfigError` (one query can write to several sinks with
+        ``foreachBatch``; a second query needs a ``structured_stream`` of its own).
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
         from spark_receivers.spark.stream_source import FORMAT, MAX_RECORDS_OPTION
 
+        if self._read:
+            msg = (
+                f"read_stream() of structured stream {self.stream_id} was called already: a "
+                "structured stream serves one query (its block log forgets what that query "
+                "commits). Use the first DataFrame, write to several sinks from one query "
+                "with foreachBatch, or make a second structured_stream with its own receiver"
+            )
+            raise ConfigError(msg)
         options = self.source_options()
+        self._read = True
         if max_records_per_trigger is not None:
             options[MAX_RECORDS_OPTION] = str(max_records_per_trigger)
         return (

@@ -287,7 +287,12 @@ class BlockLogs:
         if block_log.base <= position <= block_log.end:
             return
         if position < block_log.base:
-            why = "was committed and cleaned up already"
+            why = (
+                "was committed and cleaned up already: a structured stream serves one query "
+                "(a second query over it, or one restarted without its checkpoint, asks for "
+                "what another committed); read it in one query and write to several sinks "
+                "with foreachBatch, or give each query a structured_stream of its own"
+            )
         else:
             why = "is past the end of the log: was the checkpoint directory replaced?"
         msg = (
