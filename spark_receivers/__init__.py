@@ -20,6 +20,7 @@ from spark_receivers.driver.observe.status import ReceiverStatus, StreamingStatu
 from spark_receivers.driver.observe.streaming_progress import (
     OutputOperationProgress,
     SourceProgress,
+    StateOperatorProgress,
     StreamingProgress,
 )
 from spark_receivers.errors import (
@@ -96,6 +97,7 @@ __all__ = [
     "SourceProgress",
     "SparkReceiversError",
     "StateError",
+    "StateOperatorProgress",
     "StorageLevel",
     "StreamInputInfo",
     "StreamingConfig",

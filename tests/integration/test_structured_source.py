@@ -140,6 +140,58 @@ def test_windowed_aggregation_with_a_watermark_equals_the_batch_result(spark, tm
         ssc.stop(graceful=False)
 
 
+def count_per_key(key, frames, state):
+    """applyInPandasWithState's function: the running count of one key."""
+    import pandas as pd
+
+    n = state.get[0] if state.exists else 0
+    for frame in frames:
+        n += len(frame)
+    state.update((n,))
+    yield pd.DataFrame({"key": [key[0]], "n": [n]})
+
+
+def test_state_by_key_with_apply_in_pandas_with_state_counts_every_event_once(spark, tmp_path):
+    """The Structured route to state by key (docs/receivers.md): Spark's own stateful operator."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    events = make_events(2000, seed=11)
+    ssc = StreamingContext(spark, 1000)
+    stream = ssc.structured_stream(EventReceiver(events, chunk=250, pause_s=0.2))
+    ssc.start()
+    latest: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def keep(batch_df, batch_id: int) -> None:
+        rows = {r["key"]: r["n"] for r in batch_df.collect()}
+        with lock:
+            latest.update(rows)
+
+    query = None
+    try:
+        counts = (
+            stream.read_stream()
+            .groupBy("key")
+            .applyInPandasWithState(
+                count_per_key, "key string, n long", "n long", "update", GroupStateTimeout.NoTimeout
+            )
+        )
+        query = (
+            counts.writeStream.foreachBatch(keep)
+            .outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "sql-checkpoint"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        want = dict(Counter(k for _, k in events))
+        wait_until(lambda: dict(latest) == want, 150, "every event counted", query)
+        assert query.exception() is None
+    finally:
+        if query is not None:
+            query.stop()
+        ssc.stop(graceful=False)
+
+
 def test_max_records_per_trigger_is_respected_and_every_record_is_read_once(spark):
     total, limit = 6000, 1000
     ssc = StreamingContext(spark, 1000)
