@@ -40,6 +40,7 @@ PIPELINE_NAMES = {
     "wordcount": "one-action word count",
     "two_action": "two-action word count",
     "ingest": "line count",
+    "windowed": "windowed word count (30 s window, 1 s slide, with the inverse)",
 }
 
 

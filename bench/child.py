@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 RESULT_PREFIX = "BENCH_RESULT "
 BATCH_PREFIX = "BENCH_BATCH "
 WORD_MARK = "#lines"  # replaces each line's sequence number: its count is the line count
+WINDOW_S, SLIDE_S = 30, 1
+"""The ``windowed`` pipeline: a word count over the last 30 s, every second, updated a slide
+at a time with the inverse function (``reduceByKeyAndWindow(add, sub, 30, 1)``)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,12 @@ class ChildArgs:
         """``count()`` before the word count, on the same batch (two Spark actions)."""
         return self.pipeline == "two_action"
 
+    @property
+    def windowed(self) -> bool:
+        """``count()`` of the batch, then the word count over :data:`WINDOW_S` every
+        :data:`SLIDE_S`, incremental with the inverse function, collected."""
+        return self.pipeline == "windowed"
+
 
 def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
     p = argparse.ArgumentParser(description="one benchmark step (run by bench/step.py)")
@@ -89,7 +98,9 @@ def parse_child_args(argv: list[str] | None = None) -> ChildArgs:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--batch-interval", type=float, default=1.0)
     p.add_argument("--master", default="local[4]")
-    p.add_argument("--pipeline", default="wordcount", choices=["wordcount", "two_action", "ingest"])
+    p.add_argument(
+        "--pipeline", default="wordcount", choices=["wordcount", "two_action", "ingest", "windowed"]
+    )
     p.add_argument("--drain", type=float, default=4.0, help="seconds to wait for the backlog")
     p.add_argument("--json", action="store_true", help="print the result line (always on)")
     p.add_argument("--cold", action="store_true", help="no warm-up; connect at start")

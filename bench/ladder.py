@@ -21,13 +21,16 @@ from dataclasses import replace
 
 from bench.harness import SESSION_OVERHEAD_S, LadderResult, Runner, StepResult
 
-__all__ = ["COARSE_EVERY", "PIPELINES", "RUNG_RATIO", "run_ladder", "rung_grid"]
+__all__ = ["COARSE_EVERY", "EXTRA_PIPELINES", "PIPELINES", "RUNG_RATIO", "run_ladder", "rung_grid"]
 
 RUNG_RATIO = 1.25
 COARSE_EVERY = 4  # the coarse session climbs 1.25 ** 4 = 2.44x per step
 PIPELINES = ("wordcount", "two_action", "ingest")
 """``wordcount``: one action per batch; ``two_action``: ``count()`` and the word count on the
 same batch (DStream: two output operations); ``ingest``: a line count."""
+EXTRA_PIPELINES = ("windowed",)
+"""Run only when named (``--pipelines windowed``): the line count, then a word count over
+30 s every second, incremental with the inverse (issue 35's windowed comparison)."""
 
 
 def rung_grid(lowest: int, highest: int, ratio: float = RUNG_RATIO) -> list[int]:

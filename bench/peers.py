@@ -10,7 +10,9 @@ number, count per word, collect the counts to the driver. The sequence number to
 replaced by the word ``#lines``, so its count is the batch's line count, computed in the same
 job as the word count and at no extra per-line cost. ``ingest`` counts lines instead;
 ``two_action`` runs ``count()`` and then the word count on each batch (DStream: two output
-operations, so the batch's RDD is read twice, as in DStream's word-count examples).
+operations, so the batch's RDD is read twice, as in DStream's word-count examples);
+``windowed`` counts each batch's lines, then the word count over the last 30 s every second
+with ``reduceByKeyAndWindow(add, sub, 30, 1)`` (checkpointed, as Spark requires), collected.
 
 Runners (parent side) have the :class:`bench.harness.Runner` signature; the children are
 ``python -m bench.peers <system> --port P --seconds S ...`` (see ``bench/child.py``).
@@ -19,6 +21,7 @@ Runners (parent side) have the :class:`bench.harness.Runner` signature; the chil
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import shutil
 import sys
 import tempfile
@@ -28,6 +31,8 @@ from functools import partial
 from typing import Any
 
 from bench.child import (
+    SLIDE_S,
+    WINDOW_S,
     WORD_MARK,
     BatchRecorder,
     ChildArgs,
@@ -124,14 +129,21 @@ def _dstream(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     for _ in range(0 if args.cold else 2):
         warm.count() if args.ingest_only else word_count(warm).collect()
 
-    if args.ingest_only:
+    checkpoint = None
+    if args.ingest_only or args.windowed:
 
         def count_lines(t: dt.datetime, rdd: Any) -> None:
             started = time.monotonic()
             record(t, rdd.count(), started)
 
         lines.foreachRDD(count_lines)
-    else:
+    if args.windowed:
+        checkpoint = tempfile.mkdtemp(prefix="bench-dstream-")
+        ssc.checkpoint(checkpoint)  # reduceByKeyAndWindow with an inverse needs one
+        pairs = lines.flatMap(words).map(lambda w: (w, 1))
+        window = pairs.reduceByKeyAndWindow(operator.add, operator.sub, WINDOW_S, SLIDE_S)
+        window.foreachRDD(lambda rdd: rdd.collect())
+    elif not args.ingest_only:
 
         def collect_counts(t: dt.datetime, rdd: Any) -> None:
             started = time.monotonic()
@@ -151,6 +163,8 @@ def _dstream(args: ChildArgs, recorder: BatchRecorder) -> Stop:
         recorder.wait_for(lambda: _all_have(recorder, "records"), 3 * args.batch_interval_s)
         version = sc.version
         ssc.stop(stopSparkContext=True, stopGraceFully=False)
+        if checkpoint:
+            shutil.rmtree(checkpoint, ignore_errors=True)
         return {"spark_version": version}
 
     return stop

@@ -24,6 +24,7 @@ Runners (parent side) have the :class:`bench.harness.Runner` signature; the chil
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import shutil
 import sys
@@ -35,6 +36,8 @@ from functools import partial
 from typing import Any
 
 from bench.child import (
+    SLIDE_S,
+    WINDOW_S,
     WORD_MARK,
     BatchRecorder,
     ChildArgs,
@@ -158,7 +161,7 @@ def _spark_receivers(
     mark = WORD_MARK
 
     def lines_in(df: Any) -> int:
-        if args.ingest_only:
+        if args.ingest_only or args.windowed:
             return int(df.count())
         if args.two_actions:
             df.count()  # the first of two actions on the same batch
@@ -234,7 +237,15 @@ def _spark_receivers(
         receiver = SocketTextReceiver(args.host, args.port)
     else:
         receiver = _gated_receiver_class(SocketTextReceiver)(args.host, args.port, gate=gate)
-    ssc.receiver_stream(receiver).foreach_batch(on_batch, "word_count")
+    stream = ssc.receiver_stream(receiver).foreach_batch(on_batch, "word_count")
+    if args.windowed:
+        words = F.concat(F.array(F.lit(mark)), F.slice(F.split("value", " "), 2, 1000))
+        pairs = stream.transform(
+            lambda df: df.select(F.explode(words).alias("word"), F.lit(1).alias("n"))
+        )
+        pairs.reduce_by_key_and_window(
+            operator.add, operator.sub, WINDOW_S * 1000, SLIDE_S * 1000, key="word", value="n"
+        ).foreach_batch(lambda df, t: df.collect(), "windowed_word_count")
     started = time.monotonic()
     ssc.start()
     extra_start = {"start_returned_after_s": round(time.monotonic() - started, 2)}

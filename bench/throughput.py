@@ -34,7 +34,7 @@ from bench.capacity import (
     render_readme_paragraph,
 )
 from bench.harness import Runner, StepResult, render_steps_table
-from bench.ladder import PIPELINES, run_ladder, rung_grid
+from bench.ladder import EXTRA_PIPELINES, PIPELINES, run_ladder, rung_grid
 from bench.peers import run_dstream, run_structured_socket
 from bench.receivers import (
     run_spark_receivers,
@@ -261,7 +261,9 @@ def parser() -> argparse.ArgumentParser:
         "--repeats", type=int, help=f"runs of the whole ladder ({DEFAULT_REPEATS}; quick 1)"
     )
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
-    p.add_argument("--pipelines", default=",".join(PIPELINES), help=",".join(PIPELINES))
+    p.add_argument(
+        "--pipelines", default=",".join(PIPELINES), help=",".join(PIPELINES + EXTRA_PIPELINES)
+    )
     p.add_argument(
         "--ingest-systems",
         default=",".join(INGEST_SYSTEMS),
@@ -285,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown systems {unknown}; known: {sorted(SYSTEMS)}")
     pipelines = [x for x in args.pipelines.split(",") if x]
-    if not set(pipelines) <= set(PIPELINES):
-        p.error(f"--pipelines must be from {','.join(PIPELINES)}; got {args.pipelines}")
+    if not set(pipelines) <= set(PIPELINES + EXTRA_PIPELINES):
+        known = ",".join(PIPELINES + EXTRA_PIPELINES)
+        p.error(f"--pipelines must be from {known}; got {args.pipelines}")
     ingest_systems = (
         None if args.ingest_systems == "all" else [x for x in args.ingest_systems.split(",") if x]
     )
