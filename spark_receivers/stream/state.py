@@ -1,4 +1,6 @@
-"""State by key across batches: Spark's ``updateStateByKey``, on DataFrames with pandas.
+"""State by key across batches: Spark's ``updateStateByKey`` and ``mapWithState``, in pandas.
+
+(``mapWithState``: :class:`MappedStateStream`, which keeps the state the same way.)
 
 ``stream.update_state_by_key(fn, key, state_schema)`` keeps one state row per key. At
 every batch ``fn(key, rows, state)`` is called for every key that has rows in the batch or
