@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jvm_options import LIGHT_JVM
 
 from spark_receivers import GeneratorReceiver, LineSource, SocketTextReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
@@ -71,7 +72,9 @@ def start_connect_server(log: Path, master: str = "local[3]") -> tuple[subproces
         "--conf",
         "spark.ui.enabled=false",
         "--conf",
-        "spark.sql.shuffle.partitions=4",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        f"spark.driver.extraJavaOptions={LIGHT_JVM}",
         "--conf",
         f"spark.pyspark.python={sys.executable}",
         # A Python worker that connects back late on a busy machine (the planner of a
@@ -203,7 +206,10 @@ def test_the_demo_runs_through_connect(connect_server):
     cli = Path(sys.executable).parent / "spark-receivers"
     env = {k: v for k, v in os.environ.items() if k not in CONNECT_ENV}
     done = subprocess.run(
-        [str(cli), "demo", "--remote", connect_server, "--seconds", "15s", "--no-ui", "--json"],
+        [
+            *(str(cli), "demo", "--remote", connect_server, "--no-ui", "--json"),
+            *("--seconds", "4s", "--rate", "2000"),  # a few batches show it
+        ],
         capture_output=True,
         text=True,
         env=env,
