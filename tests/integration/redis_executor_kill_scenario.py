@@ -24,7 +24,6 @@ from pathlib import Path
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from jvm_options import light_jvm_conf
 from processes import holds_within
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
@@ -75,7 +74,6 @@ def main() -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.executor.memory", "512m")
-        .config(map=light_jvm_conf(executors=True))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

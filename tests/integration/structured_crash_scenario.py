@@ -22,7 +22,6 @@ import uuid
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from jvm_options import light_jvm_conf
 from processes import load_chaos_harness
 from pyspark.sql import SparkSession
 
@@ -46,7 +45,6 @@ def main() -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config(map=light_jvm_conf())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-from jvm_options import LIGHT_JVM
 
 from spark_receivers import GeneratorReceiver, LineSource, SocketTextReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
@@ -73,8 +72,6 @@ def start_connect_server(log: Path, master: str = "local[3]") -> tuple[subproces
         "spark.ui.enabled=false",
         "--conf",
         "spark.sql.shuffle.partitions=2",
-        "--conf",
-        f"spark.driver.extraJavaOptions={LIGHT_JVM}",
         "--conf",
         f"spark.pyspark.python={sys.executable}",
         # A Python worker that connects back late on a busy machine (the planner of a

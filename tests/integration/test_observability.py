@@ -211,7 +211,6 @@ def test_the_status_page_opened_with_credentials_in_its_address_shows_data(tmp_p
     holding credentials, and relative ones inherit the page's)."""
     from browser import chromium
     from ingest_run import IngestRun
-    from jvm_options import LIGHT_JVM
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -221,7 +220,6 @@ def test_the_status_page_opened_with_credentials_in_its_address_shows_data(tmp_p
             *("--source", "generator://?rate=500", "--sink", "console", "--progress", "lines"),
             *("--conf", f"spark.authenticate.secret={secret}"),
             *("--conf", "spark.receivers.ui.port=0", "--conf", "spark.ui.enabled=false"),
-            *("--conf", f"spark.driver.extraJavaOptions={LIGHT_JVM}"),
         ],
         tmp_path / "ingest.log",
     )
