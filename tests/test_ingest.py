@@ -84,7 +84,7 @@ def run_until(cmd: list[str], log_path: Path, predicate, what: str) -> tuple[int
 
 def test_generator_to_parquet_exits_0_with_every_record_processed(tmp_path):
     out = tmp_path / "out"
-    cmd = ingest_cmd("--source", "generator://?rate=500", "--sink", f"parquet:{out}")
+    cmd = ingest_cmd("--source", "generator://?rate=2000", "--sink", f"parquet:{out}")
     code, text = run_until(
         cmd, tmp_path / "log", lambda: parquet_rows(out) >= 1000, "records in the sink"
     )
@@ -229,7 +229,7 @@ def test_progress_json_and_the_status_page_of_a_real_run(tmp_path):
     cmd = [
         sys.executable, "-m", "spark_receivers", "ingest", "--progress", "json",
         "--conf", "spark.receivers.ui.port=0", "--conf", "spark.ui.enabled=false",
-        "--source", "generator://?rate=500", "--sink", f"parquet:{out}",
+        "--source", "generator://?rate=2000", "--sink", f"parquet:{out}",
     ]  # fmt: skip
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
     with open(stdout, "w") as o, open(stderr, "w") as e:

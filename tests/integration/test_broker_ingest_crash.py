@@ -97,7 +97,8 @@ def test_ingest_from_a_broker_survives_a_kill_9_of_the_driver(tmp_path, broker, 
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     cmd = [sys.executable, "-m", "spark_receivers.cli", "ingest", "--no-ui"]
     cmd += ["--source", source, "--sink", f"parquet:{out}"]
-    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "1s"]
+    # 2 s batches: the restart runs a batch for each batch time of the down time
+    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "2s"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     logs = [open(tmp_path / f"ingest{i}.log", "w+") for i in (1, 2)]  # noqa: SIM115
     procs: list[subprocess.Popen] = []

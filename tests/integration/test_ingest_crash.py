@@ -42,7 +42,9 @@ def test_ingest_with_checkpoint_and_wal_survives_kill_9(tmp_path):
     data.mkdir()
     cmd = [sys.executable, "-m", "spark_receivers.cli", "ingest", "--no-ui"]
     cmd += ["--source", f"file://{data}?pattern=*.log", "--sink", f"parquet:{out}"]
-    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "1s"]
+    # 2 s batches: after the kill every batch time of the down time is run on restart
+    # (a JVM start under load: a minute); 1 s batches doubled that work, showing nothing more.
+    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "2s"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     logs = [open(tmp_path / f"ingest{i}.log", "w+") for i in (1, 2)]  # noqa: SIM115
     procs: list[subprocess.Popen] = []
@@ -144,7 +146,9 @@ def test_table_sink_across_kill_9_and_restart_writes_every_acked_record_once(tmp
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "spark_receivers", "ingest", "--no-ui"]
     cmd += ["--source", f"http://127.0.0.1:{port}/ingest", "--sink", "table:events"]
-    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "500ms"]
+    # 2 s batches: the restart runs a batch for each batch time of the down time (a JVM
+    # start under load: a minute); 500 ms batches made that four times the work.
+    cmd += ["--checkpoint", str(ckpt), "--wal", "--batch-interval", "2s"]
     cmd += ["--conf", f"spark.sql.warehouse.dir={warehouse}"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     location = warehouse / "events"

@@ -75,7 +75,7 @@ def test_local_mode_says_once_as_information_that_blocks_are_kept_once(tmp_path)
         [
             "--no-ui",
             *("--source", "generator://?rate=500", "--sink", "console", "--progress", "lines"),
-            *("--seconds", "20s"),
+            *("--seconds", "5s"),  # several batches and many blocks: enough to say it twice
         ],
         tmp_path / "ingest.log",
         env={"SPARK_RECEIVERS_LOG_LEVEL": "INFO"},

@@ -5,8 +5,9 @@ OutOfMemoryError holding it as one row; nothing reached the sink and the run too
 about 15 min to end. A 100 MB Redis entry among 100 small ones: all 101 XACKed,
 none delivered. Now a record longer than spark.receivers.receiver.maxRecordBytes
 (1 MiB) goes by the receiver's bad_record_policy. Real servers (scripts/services.sh),
-real clients (paho, redis-cli), the real ``ingest``. Heavy (a few hundred MB moved
-around per test): marked ``slow``.
+real clients (paho, redis-cli), the real ``ingest``. The large record here is 2 MB:
+over the 1 MiB limit is what puts it under the policy; 100 MB only made each test
+move a few hundred MB around. Marked ``slow``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from service_fixtures import mosquitto_port, redis_url  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-HUNDRED_MB = 100 * 1000 * 1000
+LARGE = 2 * 1000 * 1000  # over the default max_record_bytes (1 MiB)
 
 
 def written(out: Path) -> list[str]:
@@ -38,7 +39,7 @@ def written(out: Path) -> list[str]:
     return values
 
 
-def test_a_100_mb_mqtt_message_is_dead_lettered_and_the_job_goes_on(
+def test_an_mqtt_message_over_the_record_limit_is_dead_lettered_and_the_job_goes_on(
     tmp_path,
     mosquitto_port,  # noqa: F811
 ):
@@ -60,7 +61,7 @@ def test_a_100_mb_mqtt_message_is_dead_lettered_and_the_job_goes_on(
         run.wait_for(lambda t: "ingesting" in t, 300, "ingest to start")
         small = [f"small {i}" for i in range(100)]
         infos = [publisher.publish(topic, v, qos=1) for v in small[:50]]
-        infos.append(publisher.publish(topic, b"L" * HUNDRED_MB, qos=1))
+        infos.append(publisher.publish(topic, b"L" * LARGE, qos=1))
         infos += [publisher.publish(topic, v, qos=1) for v in small[50:]]
         for info in infos:
             info.wait_for_publish(120)
@@ -78,12 +79,12 @@ def test_a_100_mb_mqtt_message_is_dead_lettered_and_the_job_goes_on(
     assert sorted(written(out)) == sorted([*small, "after"])
     (letters,) = dead.glob("stream-0-*.jsonl")
     (letter,) = [json.loads(line) for line in letters.read_text().splitlines()]
-    assert letter["key"] == f"topic {topic}" and letter["bytes"] == HUNDRED_MB
-    assert (dead / letter["file"]).stat().st_size == HUNDRED_MB
+    assert letter["key"] == f"topic {topic}" and letter["bytes"] == LARGE
+    assert (dead / letter["file"]).stat().st_size == LARGE
     assert "OutOfMemoryError" not in run.text()
 
 
-def test_a_100_mb_redis_entry_is_skipped_and_the_100_small_ones_are_delivered(
+def test_a_redis_entry_over_the_record_limit_is_skipped_and_the_small_ones_delivered(
     tmp_path,
     redis_url,  # noqa: F811
 ):
@@ -97,7 +98,7 @@ def test_a_100_mb_redis_entry_is_skipped_and_the_100_small_ones_are_delivered(
             client.xadd(stream, {"value": f"small {i}"})
         subprocess.run(  # the real client; the value from stdin
             ["redis-cli", "-p", port, "-x", "XADD", stream, "*", "value"],
-            input=b"L" * HUNDRED_MB,
+            input=b"L" * LARGE,
             capture_output=True,
             check=True,
             timeout=120,
@@ -123,7 +124,7 @@ def test_a_100_mb_redis_entry_is_skipped_and_the_100_small_ones_are_delivered(
             run.stop()
         assert sorted(written(out)) == sorted([f"small {i}" for i in range(100)] + ["after"])
         assert client.xpending(stream, "g")["pending"] == 0  # the big one acked by "skip"
-        size = len("value") + HUNDRED_MB  # its field name and value
+        size = len("value") + LARGE  # its field name and value
         assert f"is {size:,} bytes, longer than max_record_bytes=1,048,576" in run.text()
     finally:
         client.delete(stream)

@@ -1,11 +1,12 @@
 """Acknowledged MQTT messages reach the sink: ingest next to a control subscriber (issue 36).
 
-"Acknowledged" is PUBACKed by the broker to the publisher. Each test runs
-``spark-receivers ingest`` (its own local Spark) against a mosquitto started by
-scripts/services.sh with the settings docs/receivers.md asks for (persistence when
-the broker restarts), publishes with paho, and compares what the job wrote with
-what a control subscriber on the same broker got: a message the control got and
-the job did not is the job's loss; one neither got is the broker's.
+"Acknowledged" is PUBACKed by the broker to the publisher. The tests run
+``spark-receivers ingest`` (a local Spark; the burst and the broker SIGTERM scenarios
+share one, in turn) against a mosquitto started by scripts/services.sh with the
+settings docs/receivers.md asks for (persistence when the broker restarts), publishes
+with paho, and compares what the job wrote with what a control subscriber on the same
+broker got: a message the control got and the job did not is the job's loss; one
+neither got is the broker's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -25,8 +27,8 @@ from ingest_run import ROOT, IngestRun
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-# Each runs ingest, on its own Spark, until every acknowledged message is written: more
-# than the default 300 s on a loaded machine.
+# Each scenario runs ingest, on a Spark of its own, until every acknowledged message is
+# written: more than the default 300 s on a loaded machine.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 SERVICES = ROOT / "scripts" / "services.sh"
@@ -159,6 +161,8 @@ def ingest(tmp_path: Path, port: int, topic: str, name: str, *extra: str) -> Ing
             "--no-ui",
             *("--source", f"mqtt://127.0.0.1:{port}/{topic}{''.join(extra)}"),
             *("--sink", f"parquet:{tmp_path / 'out'}", "--progress", "lines"),
+            # 2 s batches: half the batches (each a Spark job) of 1 s for the same messages
+            *("--batch-interval", "2s"),
         ],
         tmp_path / f"{name}.log",
     )
@@ -179,38 +183,44 @@ def finish(run: IngestRun) -> None:
     assert run.wait(300) == 0, run.text()[-3000:]
 
 
-def test_a_burst_published_as_the_job_starts_is_delivered_whole(tmp_path, broker):
-    """3,000 QoS 1 messages published the moment ingest says it is ingesting: before, the
-    receiver's task subscribed seconds later and every one of them was lost."""
-    topic = f"burst/{uuid.uuid4().hex[:8]}"
+@dataclass
+class Delivery:
+    """What the broker acknowledged to the publisher, what the job and the control got."""
+
+    acked: set[str]
+    got: set[str]
+    control: set[str] = field(default_factory=set)
+
+
+@dataclass
+class SharedRun:
+    burst: Delivery | None = None
+    sigterm: Delivery | None = None
+    status: int | None = None
+    log: str = ""
+
+
+@pytest.fixture(scope="module")
+def burst_then_sigterm(tmp_path_factory) -> Iterator[SharedRun]:
+    """One ingest (one local Spark) for the burst and the broker SIGTERM scenarios, in turn
+    on one topic: first the burst the moment it says it is ingesting, then 4,000 messages
+    with a broker stop and restart. Each test checks its own scenario's messages."""
+    root = tmp_path_factory.mktemp("burst-then-sigterm")
+    broker = Broker(root / "broker", persistence=True)
+    topic = f"shared/{uuid.uuid4().hex[:8]}"
     control = Control(broker.port, topic, 1)
     publisher = Publisher(broker.port)
-    run = ingest(tmp_path, broker.port, topic, "ingest")
+    run = ingest(root, broker.port, topic, "ingest")
+    out = root / "out"
+    result = SharedRun()
     try:
+        # The burst: 3,000 QoS 1 messages published the moment ingest says it is ingesting.
         run.wait_for(lambda t: "ingesting" in t, 300, "ingest to start")
         for i in range(3000):
-            publisher.publish(topic, f"m{i}", 1)
+            publisher.publish(topic, f"b{i}", 1)
         acked = publisher.acked(60)
-        assert acked == {f"m{i}" for i in range(3000)}
-        got = wait_written(tmp_path / "out", acked, 300)
-        finish(run)
-    finally:
-        run.stop()
-        publisher.close()
-        control.close()
-    assert control.got >= acked  # the broker dropped nothing
-    assert got >= acked, f"the job lost {len(acked - got)} acknowledged messages"
-
-
-def test_a_broker_stopped_with_sigterm_and_restarted_loses_nothing_acknowledged(tmp_path, broker):
-    """4,000 QoS 1 messages, the broker (persistence on, as the docs say) stopped with
-    SIGTERM a third of the way and started again; the job restarts its receiver."""
-    topic = f"sigterm/{uuid.uuid4().hex[:8]}"
-    control = Control(broker.port, topic, 1)
-    publisher = Publisher(broker.port)
-    run = ingest(tmp_path, broker.port, topic, "ingest")
-    try:
-        run.wait_for(lambda t: "ingesting" in t, 300, "ingest to start")
+        result.burst = Delivery(acked, wait_written(out, acked, 300))
+        # The broker (persistence on) stopped with SIGTERM a third of the way.
         for i in range(4000):
             publisher.publish(topic, f"m{i}", 1)
             if i == 1333:
@@ -219,16 +229,45 @@ def test_a_broker_stopped_with_sigterm_and_restarted_loses_nothing_acknowledged(
                 broker.start()
                 publisher.wait_connected(60)  # publish() refuses while it reconnects
             time.sleep(0.002)
-        acked = publisher.acked(120)
-        assert len(acked) == 4000
-        got = wait_written(tmp_path / "out", acked, 400)
-        finish(run)
+        acked = {p for p in publisher.acked(120) if p.startswith("m")}
+        result.sigterm = Delivery(acked, wait_written(out, acked, 400))
+        run.interrupt()  # Ctrl-C: a graceful stop; it must end 0
+        result.status = run.wait(300)
+        result.log = run.text()[-3000:]
     finally:
         run.stop()
         publisher.close()
         control.close()
-    assert control.got >= acked  # persistence kept the sessions and their queues
-    assert got >= acked, f"the job lost {len(acked - got)} acknowledged messages"
+        broker.stop()
+    result.burst.control = {p for p in control.got if p.startswith("b")}
+    result.sigterm.control = {p for p in control.got if p.startswith("m")}
+    yield result
+
+
+def test_a_burst_published_as_the_job_starts_is_delivered_whole(burst_then_sigterm):
+    """3,000 QoS 1 messages published the moment ingest says it is ingesting: before, the
+    receiver's task subscribed seconds later and every one of them was lost."""
+    burst = burst_then_sigterm.burst
+    assert burst is not None
+    assert burst.acked == {f"b{i}" for i in range(3000)}
+    assert burst_then_sigterm.status == 0, burst_then_sigterm.log
+    assert burst.control >= burst.acked  # the broker dropped nothing
+    lost = len(burst.acked - burst.got)
+    assert burst.got >= burst.acked, f"the job lost {lost} acknowledged messages"
+
+
+def test_a_broker_stopped_with_sigterm_and_restarted_loses_nothing_acknowledged(
+    burst_then_sigterm,
+):
+    """4,000 QoS 1 messages, the broker (persistence on, as the docs say) stopped with
+    SIGTERM a third of the way and started again; the job restarts its receiver."""
+    sigterm = burst_then_sigterm.sigterm
+    assert sigterm is not None
+    assert len(sigterm.acked) == 4000
+    assert burst_then_sigterm.status == 0, burst_then_sigterm.log
+    assert sigterm.control >= sigterm.acked  # persistence kept the sessions and their queues
+    lost = len(sigterm.acked - sigterm.got)
+    assert sigterm.got >= sigterm.acked, f"the job lost {lost} acknowledged messages"
 
 
 def test_qos_2_messages_are_all_delivered_across_a_restart_of_the_job(tmp_path, broker):
