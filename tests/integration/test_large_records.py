@@ -1,4 +1,4 @@
-"""One 100 MB message among small ones: the job keeps running and delivers the others.
+"""One message over the record limit among small ones: the job goes on and delivers the others.
 
 Issue 36: a 100 MB MQTT payload was PUBACKed and the driver's JVM died with
 OutOfMemoryError holding it as one row; nothing reached the sink and the run took
