@@ -64,7 +64,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     out: dict = {}
     config = StreamingConfig(receiver_restart_delay_ms=500)
-    ssc = StreamingContext(spark, batch_interval_ms=1000, config=config)
+    ssc = StreamingContext(spark, batch_interval_ms=2000, config=config)
     events = Events()
     ssc.add_streaming_listener(events)
     processed = []

@@ -153,7 +153,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     pid_dir = tempfile.mkdtemp(prefix="replication-pids-")
     out: dict = {}
-    ssc = StreamingContext(spark, batch_interval_ms=1000)
+    ssc = StreamingContext(spark, batch_interval_ms=2000)
     events = Events()
     ssc.add_streaming_listener(events)
     seen: collections.Counter[str] = collections.Counter()

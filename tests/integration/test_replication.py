@@ -1,6 +1,9 @@
-"""Replicated blocks on local-cluster with the WAL off (issue 18): nothing accepted is lost.
+"""Replicated blocks on a real cluster with the WAL off (issue 18): nothing accepted is lost.
 
-The scenario (replication_scenario.py) runs in a process of its own; see its doc.
+The scenario (replication_scenario.py) runs in a process of its own; see its doc. Both
+runs (the default level and the one-copy control) use the session's standalone cluster:
+workers on hosts of their own (127.0.0.2, .3), so a block's copy crosses "hosts", and the
+cluster is up already (a local-cluster would start three more JVMs per run).
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ def run_scenario(*args: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def replicated() -> dict:
-    return run_scenario()
+def replicated(standalone) -> dict:
+    """The default level (MEMORY_AND_DISK_2) on the standalone cluster, run once."""
+    return run_scenario("--master", standalone.master_url)
 
 
 def test_blocks_are_on_two_executors_before_the_driver_hears_of_them(replicated):
@@ -72,19 +76,16 @@ def test_the_keepers_end_with_the_context(replicated):
     assert replicated["keepers_alive_after_stop"] == []
 
 
-def test_on_a_standalone_cluster_an_executor_killed_loses_nothing(standalone):
-    """The same on the standalone cluster: workers on hosts of their own (127.0.0.2, .3)."""
-    run = run_scenario("--master", standalone.master_url)
-    assert run["placed"] and run["executors"]["0"] != run["executors"]["1"]
-    assert run["receiver_0_moved"] and run["receiver_1_restarted"]
-    assert run["failure"] is None and run["blocks_lost"] == 0
-    assert run["processed"] == run["records_received_at_end"] and run["duplicated"] == 0
-    assert run["keepers_alive_after_stop"] == []
-
-
-def test_one_copy_loses_blocks_with_its_executor_and_skip_reports_them():
+def test_one_copy_loses_blocks_with_its_executor_and_skip_reports_them(standalone):
     """The control: MEMORY_AND_DISK keeps one copy; lostBlockPolicy=skip runs on without it."""
-    single = run_scenario("--level", "MEMORY_AND_DISK", "--lost-block-policy", "skip")
+    single = run_scenario(
+        "--master",
+        standalone.master_url,
+        "--level",
+        "MEMORY_AND_DISK",
+        "--lost-block-policy",
+        "skip",
+    )
     assert single["receiver_0_moved"]
     assert single["failure"] is None and single["state_before_stop"] == "ACTIVE"
     assert single["blocks_lost"] > 0 and single["records_lost"] > 0

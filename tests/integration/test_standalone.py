@@ -119,17 +119,18 @@ def test_custom_receivers_with_py_files_on_executors_without_the_package(standal
     zip_path = package_zip(tmp_path)
     result, _ = run_app(
         standalone,
-        ["--py-files", str(zip_path), str(APPS / "counting_app.py"), "--records", "5000"],
+        ["--py-files", str(zip_path), str(APPS / "counting_app.py"), "--records", "2000"],
         bare,
     )
     report("py-files (custom receiver x2)", result)
     assert_two_receivers_exactly_once(result)
 
 
-def test_start_ships_the_package_itself_and_tls_keeps_the_secret_out_of_logs(standalone, tmp_path):
-    """No --py-files: start() ships its own zip. Mutual TLS on (every endpoint asks every
-    client for its certificate: tracker, block servers, keepers, readers); the secret is in
-    no log."""
+@pytest.fixture(scope="module")
+def shipped(standalone, tmp_path_factory) -> tuple[dict, str, list[str]]:
+    """One bare-executor app: a context of shipPackage=check fails to start, then one of the
+    default (auto) ships the package itself, mutual TLS on. Its RESULT, output and secrets."""
+    tmp_path = tmp_path_factory.mktemp("shipped")
     bare = str(bare_env())
     cert, key = make_cert(tmp_path, "cluster")
     secret_file = tmp_path / "secret"
@@ -142,33 +143,32 @@ def test_start_ships_the_package_itself_and_tls_keeps_the_secret_out_of_logs(sta
         "spark.executorEnv.SPARK_RECEIVERS_LOG_LEVEL": "DEBUG",
     }
     conf = [x for k, v in tls.items() for x in ("--conf", f"{k}={v}")]
-    args = [*conf, str(APPS / "counting_app.py"), "--records", "5000"]
+    args = [*conf, str(APPS / "counting_app.py"), "--records", "2000", "--check-first"]
     result, output = run_app(standalone, [*args, "--secret-file", str(secret_file)], bare)
-    report("auto-shipped + mutual TLS (custom receiver x2)", result)
+    report("shipPackage=check, then auto-shipped + mutual TLS (custom receiver x2)", result)
+    return result, output, secret_file.read_text().split()
+
+
+def test_start_ships_the_package_itself_and_tls_keeps_the_secret_out_of_logs(standalone, shipped):
+    """No --py-files: start() ships its own zip. Mutual TLS on (every endpoint asks every
+    client for its certificate: tracker, block servers, keepers, readers); no context's
+    secret is in any log."""
+    result, output, secrets = shipped
+    assert "start_error" not in result, result
     assert_two_receivers_exactly_once(result)
     assert "shipped spark_receivers-" in output  # the driver's one log line about it
-    secret = secret_file.read_text().strip()
-    assert len(secret) == 64
+    assert len(secrets) == 2 and all(len(secret) == 64 for secret in secrets), secrets
     logs = output + "\n" + standalone.logs()
-    assert "spark_receivers" in logs and secret not in logs
+    assert "spark_receivers" in logs
+    assert not [secret for secret in secrets if secret in logs]
     assert not TOKEN.findall(logs)
 
 
-def test_start_fails_naming_what_to_pass_when_shipping_is_off(standalone):
-    bare = str(bare_env())
-    result, _ = run_app(
-        standalone,
-        [
-            "--conf",
-            "spark.receivers.shipPackage=check",
-            str(APPS / "counting_app.py"),
-            "--records",
-            "10",
-        ],
-        bare,
-    )
-    report("shipPackage=check, no package", result)
-    error = result["start_error"]
+def test_start_fails_naming_what_to_pass_when_shipping_is_off(shipped):
+    """Executors without the package and shipPackage=check: start() refuses, and says how."""
+    result, _, _ = shipped
+    error = result["check_error"]
+    assert error is not None, result
     assert error.startswith("ConfigError: executor "), error
     assert "cannot import spark_receivers" in error
     assert "--py-files" in error and "--archives env.tar.gz#env" in error
@@ -211,7 +211,7 @@ def test_demo_word_count_on_the_cluster(standalone):
     cli = str(Path(sys.executable).with_name("spark-receivers"))
     conf = [a for a in cluster_conf(standalone)]
     cmd = [cli, "demo", "--master", standalone.master_url, *conf, "--no-ui"]
-    cmd += ["--seconds", "8", "--rate", "500", "--json"]
+    cmd += ["--seconds", "4", "--rate", "500", "--json"]
     proc = subprocess.run(
         cmd,
         capture_output=True,
@@ -242,7 +242,7 @@ def test_kill_9_of_an_executor_loses_no_acknowledged_record(standalone, tmp_path
             "--checkpoint",
             str(checkpoint),
             "--records",
-            "3000",
+            "1500",
             "--rate",
             "300",
         ],
@@ -254,7 +254,7 @@ def test_kill_9_of_an_executor_loses_no_acknowledged_record(standalone, tmp_path
     assert result["moved"], result
     assert result["after"]["executor"] != result["before"]["executor"], result
     assert result["all_acked"] and result["pending"] == 0, result
-    assert result["acked"] == result["sent"] == 3000, result
+    assert result["acked"] == result["sent"] == 1500, result
     assert result["lost"] == 0, result
     assert result["delivered"] == result["sent"], result
     assert result["failure"] is None, result
