@@ -47,6 +47,7 @@ from spark_receivers.stream import (
     UnionStream,
 )
 from spark_receivers.util.clock import Clock, SystemClock
+from spark_receivers.util.signals import wait_event
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -334,8 +335,13 @@ class StreamingContext:
                 )
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
-        """Wait until the context stops; raise why it failed, if it did. False on timeout."""
-        if not self._terminated.wait(timeout_s):
+        """Wait until the context stops; raise why it failed, if it did. False on timeout.
+
+        On the main thread it wakes every quarter second, so that Ctrl-C (and the SIGTERM
+        of ``stop_gracefully_on_shutdown``) are handled even when another thread took the
+        signal (``util/signals.py``).
+        """
+        if not wait_event(self._terminated, timeout_s):
             return False
         error = self._scheduler.error if self._scheduler is not None else None
         if error is not None:

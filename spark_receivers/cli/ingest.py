@@ -47,6 +47,7 @@ from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.rpc.hosts import local_host
 from spark_receivers.spark.session_kind import spark_side
 from spark_receivers.util.durations import parse_duration, parse_duration_ms
+from spark_receivers.util.signals import wait_event
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -288,7 +289,7 @@ def _wait(
     (the caller then stops the context).
     """
     if plan.source.server is None:
-        wake.wait(plan.seconds)
+        wait_event(wake, plan.seconds)  # in slices: Ctrl-C is handled on this thread
         return None, None
     source_watch = SourceWatch(plan.source.server, plan.unreachable_timeout_s)
     deadline = None if plan.seconds is None else time.monotonic() + plan.seconds
