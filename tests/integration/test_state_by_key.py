@@ -90,6 +90,27 @@ class Mapped:
         self.by_time[t] = sorted((r["key"], r["n"], r["event"]) for r in df.collect())
 
 
+def run_rounds(spark, build) -> StreamingContext:
+    """A context on a manual clock whose stream of words (column ``key``) ``build`` uses,
+    run through :data:`ROUNDS`, one batch each, then stopped."""
+    clock, feed = ManualClock(START), LineFeed()
+    ssc = StreamingContext(spark, INTERVAL, clock=clock)
+    build(
+        ssc.receiver_stream(SocketTextReceiver("127.0.0.1", feed.port)).transform(
+            lambda df: df.withColumnRenamed("value", "key")
+        )
+    )
+    ssc.start()
+    try:
+        rounds = Rounds(ssc, clock, feed)
+        for lines in ROUNDS:
+            rounds.run(lines)
+    finally:
+        ssc.stop(graceful=False)
+        feed.close()
+    return ssc
+
+
 class States:
     def __init__(self) -> None:
         self.by_time: dict[int, dict] = {}
@@ -102,24 +123,15 @@ class States:
 
 
 def test_update_state_by_key_with_a_timeout_matches_the_reference(spark):
-    clock, feed = ManualClock(START), LineFeed()
-    ssc = StreamingContext(spark, INTERVAL, clock=clock)
-    words = ssc.receiver_stream(SocketTextReceiver("127.0.0.1", feed.port)).transform(
-        lambda df: df.withColumnRenamed("value", "key")
-    )
     plain, timed = States(), States()
-    words.update_state_by_key(count_words, "key", "key string, n bigint").foreach_batch(plain)
-    words.update_state_by_key(
-        count_words, "key", "key string, n bigint", timeout_ms=2 * INTERVAL
-    ).foreach_batch(timed)
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        for lines in ROUNDS:
-            rounds.run(lines)
-    finally:
-        ssc.stop(graceful=False)
-        feed.close()
+
+    def build(words):
+        words.update_state_by_key(count_words, "key", "key string, n bigint").foreach_batch(plain)
+        words.update_state_by_key(
+            count_words, "key", "key string, n bigint", timeout_ms=2 * INTERVAL
+        ).foreach_batch(timed)
+
+    ssc = run_rounds(spark, build)
     assert sorted(plain.by_time.items()) == reference(ROUNDS)
     assert sorted(timed.by_time.items()) == reference(ROUNDS, timeout_ms=2 * INTERVAL)
     # Each batch's progress has the size of both states (keys after the batch).
@@ -137,25 +149,16 @@ def test_update_state_by_key_with_a_timeout_matches_the_reference(spark):
 
 
 def test_map_with_state_maps_only_keys_with_rows_and_calls_a_timing_out_key_once(spark):
-    clock, feed = ManualClock(START), LineFeed()
-    ssc = StreamingContext(spark, INTERVAL, clock=clock)
-    words = ssc.receiver_stream(SocketTextReceiver("127.0.0.1", feed.port)).transform(
-        lambda df: df.withColumnRenamed("value", "key")
-    )
     plain, timed, snapshots = Mapped(), Mapped(), States()
     schema, out = "key string, n bigint", "key string, n bigint, event string"
-    words.map_with_state(running_count, "key", schema, out).foreach_batch(plain)
-    mapped = words.map_with_state(running_count, "key", schema, out, timeout_ms=2 * INTERVAL)
-    mapped.foreach_batch(timed)
-    mapped.state_snapshots().foreach_batch(snapshots)
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        for lines in ROUNDS:
-            rounds.run(lines)
-    finally:
-        ssc.stop(graceful=False)
-        feed.close()
+
+    def build(words):
+        words.map_with_state(running_count, "key", schema, out).foreach_batch(plain)
+        mapped = words.map_with_state(running_count, "key", schema, out, timeout_ms=2 * INTERVAL)
+        mapped.foreach_batch(timed)
+        mapped.state_snapshots().foreach_batch(snapshots)
+
+    run_rounds(spark, build)
     want, want_timed = mapped_reference(ROUNDS), mapped_reference(ROUNDS, 2 * INTERVAL)
     assert sorted(plain.by_time.items()) == [(t, mapped) for t, mapped, _ in want]
     assert sorted(timed.by_time.items()) == [(t, mapped) for t, mapped, _ in want_timed]
