@@ -27,11 +27,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.stream import DataFrameStream
+from spark_receivers.stream.stats import StateStats, ms_since
 from spark_receivers.stream.windows import DEFAULT_CHECKPOINT_MS, refuse_windowed_parent
 
 if TYPE_CHECKING:
@@ -45,19 +46,6 @@ OUT = "__output"
 """The hidden column of a ``map_with_state`` frame: True on its output rows, False on state."""
 OUT_PREFIX = "__output_"
 """The output columns' prefix in that frame (output and state may share column names)."""
-
-
-@dataclass(frozen=True)
-class StateStats:
-    """The state of a stateful stream after one batch: its size and what it cost."""
-
-    rows: int
-    """Keys (state rows) after the batch."""
-    update_ms: int
-    """Computing the batch's state (Spark's applyInPandas and the local checkpoint)."""
-    save_ms: int = 0
-    """Saving it to the checkpoint directory; 0 when not saved at this batch."""
-    saved_bytes: int = 0
 
 
 class KeyedStateStream(DataFrameStream):
@@ -166,14 +154,14 @@ class KeyedStateStream(DataFrameStream):
                 t += interval
                 began = time.monotonic()
                 state = self._step(state, t, now_ms)
-                stats = StateStats(self._state_rows(state).count(), _ms_since(began))
+                stats = StateStats(self._state_rows(state).count(), ms_since(began))
                 self._states[t] = state
                 self.computed.append(t)
                 if store is not None and (t - zero) % self.checkpoint_interval_ms == 0:
                     began = time.monotonic()
                     table = state.toArrow()
                     store.save(self.name, t, table, t - 2 * self.checkpoint_interval_ms)
-                    stats = replace(stats, save_ms=_ms_since(began), saved_bytes=table.nbytes)
+                    stats = replace(stats, save_ms=ms_since(began), saved_bytes=table.nbytes)
                 self._stats[t] = stats
             for old in [x for x in self._states if x < batch_time_ms]:
                 del self._states[old]
@@ -309,10 +297,6 @@ class StateSnapshotStream(DataFrameStream):
     def _window_frame(self, times: Any, now_ms: int) -> DataFrame:
         msg = "a window over a stateful stream is refused when it is made"
         raise AssertionError(msg)
-
-
-def _ms_since(began: float) -> int:
-    return round((time.monotonic() - began) * 1000)
 
 
 def _step_fn(

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.stream import DataFrameStream, describe
+from spark_receivers.stream.stats import StateStats, ms_since
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,6 +132,7 @@ class ReducedWindowedStream(DataFrameStream):
     """
 
     stateful = True
+    operation = "reduce_by_key_and_window"
 
     def __init__(
         self,
@@ -169,6 +172,7 @@ class ReducedWindowedStream(DataFrameStream):
         self._state_lock = threading.RLock()
         self.states_computed = 0
         """Slides whose state was computed (not loaded): for tests and progress."""
+        self._stats: dict[int, StateStats] = {}
 
     def checkpoint(self, interval_ms: int) -> ReducedWindowedStream:
         """Save the state every ``interval_ms`` (a multiple of the slide); return this stream.
@@ -270,18 +274,33 @@ class ReducedWindowedStream(DataFrameStream):
             state = base if base is not None else pd.Series([], dtype=object)
             while t < batch_time_ms:
                 t += self.slide_ms
+                began = time.monotonic()
                 state = self._slide(state, t, now_ms)
+                stats = StateStats(len(state), ms_since(began))
                 self._states[t] = state
                 self.states_computed += 1
                 if store is not None and (t - zero) % self.checkpoint_interval_ms == 0:
-                    store.save(
-                        self.name, t, self._to_table(state), t - 2 * self.checkpoint_interval_ms
-                    )
+                    began = time.monotonic()
+                    table = self._to_table(state)
+                    store.save(self.name, t, table, t - 2 * self.checkpoint_interval_ms)
+                    stats = StateStats(stats.rows, stats.update_ms, ms_since(began), table.nbytes)
+                self._stats[t] = stats
             for old in [x for x in self._states if x < batch_time_ms - self.slide_ms]:
                 del self._states[old]
+            for old in [x for x in self._stats if x < batch_time_ms - self._remember_ms()]:
+                del self._stats[old]
             if self._schema is None:  # a state loaded from the checkpoint, nothing read yet
                 self._reduce_in_spark([], now_ms)
             return state
+
+    def stats(self, batch_time_ms: int) -> StateStats | None:
+        """The state's size and cost at that slide.
+
+        None without an inverse function (no state is kept), off the slides, or when this
+        run did not compute it.
+        """
+        with self._state_lock:
+            return self._stats.get(batch_time_ms)
 
     def _slide(self, prev: pd.Series, t: int, now_ms: int) -> pd.Series:
         """Spark's ``ReducedWindowedDStream``: (previous ⊖ slide that left) ⊕ slide that came."""

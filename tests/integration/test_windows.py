@@ -110,6 +110,14 @@ def test_reduce_by_key_and_window_incremental_equals_full_recompute(spark):
     assert {v for _, v in incremental.by_time[times[-1]]} == {0}
     # The state moved one slide at a time, never recomputed from the start.
     assert reduced.states_computed == len(times)
+    # Each batch's progress reports the incremental window's state (its keys after the
+    # slide); the reduce without an inverse keeps no state and is not a state operator.
+    progress = {p.batch_time_ms: p.to_dict() for p in ssc.recent_progress}
+    for t in times:
+        ops = progress[t]["stateOperators"]
+        assert [o["operatorName"] for o in ops] == ["reduce_by_key_and_window"], t
+        assert ops[0]["numRowsTotal"] == len(incremental.by_time[t]), t
+        assert ops[0]["allUpdatesTimeMs"] >= 0, t
 
 
 def test_filter_fn_drops_keys_and_durations_are_checked(spark):

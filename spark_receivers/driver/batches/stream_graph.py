@@ -39,6 +39,7 @@ from spark_receivers.stream import (
     describe,
 )
 from spark_receivers.stream.state import KeyedStateStream, MappedStateStream
+from spark_receivers.stream.stats import StatefulStream
 from spark_receivers.stream.windows import ReducedWindowedStream, WindowedStream
 
 if TYPE_CHECKING:
@@ -66,9 +67,9 @@ class StreamGraph:
         self._interval_ms = batch_interval_ms
         self._zero_ms = -1
         self._windows: dict[int, tuple[str, int]] = {}
-        self._keyed: list[KeyedStateStream] = []
-        """The streams keeping state by key, for the progress's ``stateOperators``."""
         """Stream id of a windowed or stateful stream → (its name, the batches it needs, ms)."""
+        self._stateful: list[StatefulStream] = []
+        """The streams keeping state across batches, for the progress's ``stateOperators``."""
         self._blocks_of: BlocksOf | None = None
         self._state_store: StateStoreLike | None = None
         self._window_budget: tuple[int, bool] | None = None
@@ -167,7 +168,7 @@ class StreamGraph:
     ) -> KeyedStateStream:
         """``stream.update_state_by_key(...)``: see :class:`KeyedStateStream`."""
         state = KeyedStateStream(stream, fn, key, state_schema, timeout_ms)
-        self._keyed.append(state)
+        self._stateful.append(state)
         return state
 
     def mapped_state(
@@ -181,13 +182,13 @@ class StreamGraph:
     ) -> MappedStateStream:
         """``stream.map_with_state(...)``: see :class:`MappedStateStream`."""
         state = MappedStateStream(stream, fn, key, state_schema, output_schema, timeout_ms)
-        self._keyed.append(state)
+        self._stateful.append(state)
         return state
 
     def state_operators(self, batch_time_ms: int) -> list[StateOperatorProgress]:
-        """The progress's ``stateOperators`` of a batch: each keyed state stream's stats."""
+        """The progress's ``stateOperators`` of a batch: each stateful stream's stats."""
         out = []
-        for state in self._keyed:
+        for state in self._stateful:
             stats = state.stats(batch_time_ms)
             if stats is not None:
                 out.append(
@@ -214,9 +215,12 @@ class StreamGraph:
         filter_fn: Callable[[Any], Any] | None,
     ) -> ReducedWindowedStream:
         """``stream.reduce_by_key_and_window(...)``: see :class:`ReducedWindowedStream`."""
-        return ReducedWindowedStream(
+        reduced = ReducedWindowedStream(
             stream, reduce_fn, inv_reduce_fn, length_ms, slide_ms, key, value, filter_fn
         )
+        if inv_reduce_fn is not None:  # without it each slide reduces anew: no state kept
+            self._stateful.append(reduced)
+        return reduced
 
     def add_window(self, stream: DataFrameStream, remember_ms: int) -> str:
         """Register a windowed or stateful stream needing the batches of ``remember_ms``.
