@@ -2,11 +2,14 @@
 
 Builds its context with ``StreamingContext.get_or_create`` (our checkpoint dir, both
 WALs, a reliable receiver reading the test's acking source as a structured stream),
-then runs a query from the receiver stream into a Parquet file sink with its own
-Spark checkpoint. With ``--slow-ms`` every task of the query writes a marker file and
-lingers, so that the test can kill the driver in the middle of a trigger. Stops
-gracefully on SIGTERM: the query first, then the context. Prints ``FRESH`` or
-``RECOVERED`` once started, ``STOPPED`` at the end.
+then runs a stateful query from the receiver stream into a Parquet file sink with its
+own Spark checkpoint: ``applyInPandasWithState`` keeps a running count per key
+(``seq % 7``) and gives every record its key's count after it (``n``), so the sink shows
+both that each record is written once and that the state counted it once. With
+``--slow-ms`` every task of the query writes a marker file and lingers, so that the test
+can kill the driver in the middle of a trigger. Stops gracefully on SIGTERM: the query
+first, then the context. Prints ``FRESH`` or ``RECOVERED`` once started, ``STOPPED`` at
+the end.
 """
 
 from __future__ import annotations
@@ -24,8 +27,27 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from processes import load_chaos_harness
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.state import GroupStateTimeout
 
 from spark_receivers import StreamingConfig, StreamingContext
+
+KEYS = 7
+
+
+def running_count(key, frames, state):
+    """The running count of one key: each record gets its key's count after it (1, 2, ...)."""
+    import numpy as np
+    import pandas as pd
+
+    n = state.get[0] if state.exists else 0
+    out = []
+    for frame in frames:
+        seqs = frame["seq"].to_numpy()
+        counts = np.arange(n + 1, n + 1 + len(seqs))
+        out.append(pd.DataFrame({"seq": seqs, "key": key[0], "n": counts}))
+        n += len(seqs)
+    state.update((n,))
+    yield from out
 
 
 def main() -> int:
@@ -75,9 +97,13 @@ def main() -> int:
         yield from batches
 
     df = events.read_stream().selectExpr("CAST(value AS BIGINT) AS seq")  # type: ignore[union-attr]
+    keyed = df.mapInArrow(linger, df.schema).selectExpr("seq", f"seq % {KEYS} AS key")
+    counted = keyed.groupBy("key").applyInPandasWithState(
+        running_count, "seq long, key long, n long", "n long", "append", GroupStateTimeout.NoTimeout
+    )
     query = (
-        df.mapInArrow(linger, df.schema)
-        .writeStream.format("parquet")
+        counted.writeStream.format("parquet")
+        .outputMode("append")
         .option("path", args.sink)
         .option("checkpointLocation", args.sql_checkpoint)
         .trigger(processingTime="1 second")
@@ -86,7 +112,23 @@ def main() -> int:
     print("STARTED", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
+    last_status = 0.0
     while not done.wait(0.5):
+        if time.monotonic() - last_status >= 5:  # what the test shows when a wait fails
+            last_status = time.monotonic()
+            status, progress = ssc.status(), query.lastProgress
+            r = status.receivers[0]
+            trigger = (
+                f"batch {progress['batchId']} rows {progress['numInputRows']} "
+                f"end {progress['sources'][0]['endOffset']}"
+                if progress
+                else "no trigger yet"
+            )
+            print(
+                f"STATUS {time.strftime('%H:%M:%S')} receiver {r.state} records {r.records} "
+                f"jobs {r.jobs} error {r.last_error_message!r}; query {trigger}",
+                flush=True,
+            )
         if query.exception() is not None or not query.isActive:
             print(f"QUERY FAILED {query.exception()}", flush=True)
             ssc.stop(graceful=False)

@@ -292,12 +292,24 @@ def sink_counts(sink: str) -> Counter:
     return counts
 
 
+def running_counts(sink: str) -> dict[int, list[int]]:
+    """Per key, the running counts the stateful query gave its records, in sink order."""
+    by_key: dict[int, list[int]] = {}
+    for path in committed_files(sink):
+        t = pq.read_table(path, columns=["key", "n"])
+        for key, n in zip(t["key"].to_pylist(), t["n"].to_pylist(), strict=True):
+            by_key.setdefault(key, []).append(n)
+    return by_key
+
+
 def batch_ids(directory: Path) -> list[int]:
     return [int(n) for n in os.listdir(directory) if n.isdigit()]
 
 
-@pytest.mark.timeout(480)
-def test_kill_9_of_the_driver_mid_trigger_keeps_the_file_sink_exactly_once(tmp_path):
+@pytest.mark.timeout(900)  # above the sum of its waits, so a wait says what failed
+def test_kill_9_of_the_driver_mid_trigger_keeps_the_sink_and_the_state_exactly_once(tmp_path):
+    """A stateful query (applyInPandasWithState, structured_crash_scenario.py) over a receiver
+    stream into a file sink, its driver killed -9 in the middle of a trigger."""
     source = load_chaos_harness().AckingSource(rate=500)
     sink, marks = str(tmp_path / "sink"), tmp_path / "marks"
     marks.mkdir()
@@ -323,9 +335,19 @@ def test_kill_9_of_the_driver_mid_trigger_keeps_the_file_sink_exactly_once(tmp_p
         logs[i].flush()
         return Path(logs[i].name).read_text()
 
+    def wait_for_driver(i: int, predicate, timeout_s: float, what: str) -> None:
+        # On a timeout, say what the driver last printed (its STATUS lines).
+        try:
+            wait_until(predicate, timeout_s, what)
+        except AssertionError as e:
+            lines = [ln for ln in log_text(i).splitlines() if "JAVA_TOOL_OPTIONS" not in ln]
+            raise AssertionError(f"{e}; driver {i + 1} printed:\n" + "\n".join(lines[-15:])) from e
+
     try:
         first = start(0, slow_ms=1500)
-        wait_until(lambda: len(sink_counts(sink)) > 0, 180, "a committed trigger with records")
+        wait_for_driver(
+            0, lambda: len(sink_counts(sink)) > 0, 180, "a committed trigger with records"
+        )
         seen = set(os.listdir(marks))
         wait_until(lambda: set(os.listdir(marks)) - seen, 60, "a trigger in progress")
         kill_session(first)  # its tasks are lingering: the trigger has not committed
@@ -335,14 +357,20 @@ def test_kill_9_of_the_driver_mid_trigger_keeps_the_file_sink_exactly_once(tmp_p
         assert max(planned) > max(committed, default=-1), "the kill did not land mid-trigger"
 
         second = start(1, slow_ms=0)
-        wait_until(lambda: "RECOVERED" in log_text(1), 150, "the recovered driver")
+        wait_for_driver(1, lambda: "RECOVERED" in log_text(1), 150, "the recovered driver")
         total = source.finish()
-        assert source.wait_for(lambda: source.committed >= total, 150), "not everything acked"
+        wait_for_driver(
+            1,
+            lambda: source.wait_for(lambda: source.committed >= total, 0.5),
+            150,
+            f"every record acked ({total} sent)",
+        )
         acked = source.committed
-        wait_until(
+        wait_for_driver(
+            1,
             lambda: all(sink_counts(sink)[s] for s in range(acked)),
             150,
-            "every acknowledged record in the sink",
+            f"every acknowledged record ({acked}) in the sink",
         )
         second.send_signal(signal.SIGTERM)
         second.wait(90)
@@ -354,6 +382,13 @@ def test_kill_9_of_the_driver_mid_trigger_keeps_the_file_sink_exactly_once(tmp_p
         assert [s for s in range(acked) if counts[s] == 0] == []
         twice = [s for s, c in counts.items() if c > 1 and source.send_counts[s] <= 1]
         assert twice == [], f"records sent once but in the sink twice: {twice[:10]}"
+        # The state counted each record once: per key the running counts are 1, 2, ... N
+        # with no gap (a lost update) and no repeat (a trigger's update applied twice).
+        by_key = running_counts(sink)
+        assert sorted(by_key) == list(range(7))
+        assert sum(len(ns) for ns in by_key.values()) == sum(counts.values())
+        for key, ns in by_key.items():
+            assert sorted(ns) == list(range(1, len(ns) + 1)), key
     finally:
         for p in procs:
             if p.poll() is None:
