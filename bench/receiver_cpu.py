@@ -10,7 +10,10 @@ checking the lines, building the blocks, storing and reporting them:
 - ``file_tail``: a file of N lines is hard-linked into the followed directory (written
   beforehand, outside the measured time);
 - ``http_lines``: a child process POSTs the lines in bodies of 10,000 lines, one request after
-  the other on one connection (its CPU is not counted).
+  the other on one connection (its CPU is not counted);
+- ``redis``: a child process adds the lines with ``XADD`` (field ``value``, 99 bytes) to a
+  redis-server started for the run; the receiver reads them as they come, up to 1,000 an
+  ``XREADGROUP``.
 
 Run: ``python -m bench.receiver_cpu --receivers file_tail,http_lines --lines 1000000``; each
 receiver is measured ``--repeats`` times (fresh supervisor each time) and the lowest figure
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -125,9 +129,72 @@ def _http_lines(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
         sup.stop("benchmark over")
 
 
+_ADDER = """
+import redis, sys
+port, lines, size = map(int, sys.argv[1:4])
+filler = b"x" * (size - 12)
+client = redis.Redis(port=port)
+pipe = client.pipeline(transaction=False)
+for i in range(lines):
+    pipe.xadd("lines", {b"value": b"%010d " % i + filler})
+    if i % 10_000 == 9_999:
+        pipe.execute()
+pipe.execute()
+"""
+
+
+def _redis(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
+    from spark_receivers.receivers.redis_stream import RedisStreamReceiver
+
+    port = _free_port()
+    root = tempfile.mkdtemp(prefix="bench-redis-")
+    options = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", root]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), *options], stdout=subprocess.DEVNULL
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        receiver = RedisStreamReceiver(
+            "lines", "bench", url=url, block_ms=100, storage_level="MEMORY_AND_DISK"
+        )
+        sup = _supervised(receiver, driver, secret)
+        deadline = time.monotonic() + 30
+        while not _ping(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sup.start()
+        try:
+            cmd = [sys.executable, "-c", _ADDER, str(port), str(n), str(LINE_BYTES - 1)]
+            t0 = time.process_time()
+            subprocess.run(cmd, check=True, timeout=WAIT_S)
+            _wait_stored(sup, n)
+            return time.process_time() - t0
+        finally:
+            sup.stop("benchmark over")
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 RECEIVERS: dict[str, Callable[[int, bytes, StoreDriver, str], float]] = {
     "file_tail": _file_tail,
     "http_lines": _http_lines,
+    "redis": _redis,
 }
 
 
