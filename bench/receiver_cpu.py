@@ -13,7 +13,10 @@ checking the lines, building the blocks, storing and reporting them:
   the other on one connection (its CPU is not counted);
 - ``redis``: a child process adds the lines with ``XADD`` (field ``value``, 99 bytes) to a
   redis-server started for the run; the receiver reads them as they come, up to 1,000 an
-  ``XREADGROUP``.
+  ``XREADGROUP``;
+- ``mqtt``: a child process publishes the lines at QoS 1 to a mosquitto started for the
+  run (no in-flight or queue limit); the receiver subscribes at QoS 1 and acks each
+  message after its batch is stored.
 
 Run: ``python -m bench.receiver_cpu --receivers file_tail,http_lines --lines 1000000``; each
 receiver is measured ``--repeats`` times (fresh supervisor each time) and the lowest figure
@@ -191,7 +194,70 @@ def _ping(port: int) -> bool:
         return False
 
 
+_PUBLISHER = """
+import paho.mqtt.client as mqtt, sys
+port, lines, size = map(int, sys.argv[1:4])
+filler = b"x" * (size - 12)
+client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-publisher")
+client.max_inflight_messages_set(1000)
+client.connect("127.0.0.1", port)
+client.loop_start()
+for start in range(0, lines, 1000):
+    sent = [
+        client.publish("bench/lines", b"%010d " % i + filler, qos=1)
+        for i in range(start, min(lines, start + 1000))
+    ]
+    for info in sent:
+        info.wait_for_publish(300)
+client.disconnect()
+client.loop_stop()
+"""
+
+
+def _mqtt(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
+    from spark_receivers.receivers.mqtt import MqttReceiver
+
+    port = _free_port()
+    root = tempfile.mkdtemp(prefix="bench-mqtt-")
+    conf = os.path.join(root, "mosquitto.conf")
+    with open(conf, "w") as f:
+        f.write(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+        f.write("max_inflight_messages 0\nmax_queued_messages 0\n")
+    server = subprocess.Popen(
+        ["mosquitto", "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        receiver = MqttReceiver("127.0.0.1", port, "bench/#", storage_level="MEMORY_AND_DISK")
+        sup = _supervised(receiver, driver, secret)
+        sup.start()
+        try:
+            receiver.wait_subscribed(30)
+            cmd = [sys.executable, "-c", _PUBLISHER, str(port), str(n), str(LINE_BYTES - 1)]
+            t0 = time.process_time()
+            subprocess.run(cmd, check=True, timeout=WAIT_S)
+            _wait_stored(sup, n)
+            return time.process_time() - t0
+        finally:
+            sup.stop("benchmark over")
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 RECEIVERS: dict[str, Callable[[int, bytes, StoreDriver, str], float]] = {
+    "mqtt": _mqtt,
     "file_tail": _file_tail,
     "http_lines": _http_lines,
     "redis": _redis,
