@@ -156,7 +156,7 @@ JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 WAITING = "waiting (locks, events, sleeps)"
 PY_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("socket recv", ("recv (",)),
-    ("lines → Arrow (split, UTF-8 check)", ("_split_lines", "split_pattern", "cast (")),
+    ("lines → Arrow (split, UTF-8 check)", ("split_lines", "split_pattern", "cast (")),
     ("Flight put to the keeper (client)", ("put_table",)),
     ("Flight put (server: read, store)", ("do_put", "_put (block_keeper")),
     ("Flight get (server)", ("do_get", "_read (block_keeper")),

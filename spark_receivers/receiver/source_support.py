@@ -56,13 +56,13 @@ def with_timestamp(schema: pa.Schema, owner: str) -> pa.Schema:
 def table_with_times(
     records: list[Any] | pa.Array,
     record_schema: pa.Schema,
-    times_us: int | Sequence[int] | None = None,
+    times_us: int | Sequence[int] | pa.Array | None = None,
 ) -> pa.Table:
     """``records`` of ``record_schema`` as a table with the ``timestamp`` column appended.
 
     ``records`` is a list of records, or an Arrow array (the one column of the
     default schema); ``times_us`` one time for all of them (None: now) or one per
-    record, in microseconds since the epoch.
+    record (a list or an Arrow integer array), in microseconds since the epoch.
     """
     if isinstance(records, pa.Array):
         table = pa.Table.from_arrays([records], schema=record_schema)
@@ -72,6 +72,8 @@ def table_with_times(
         times_us = now_us()
     if isinstance(times_us, int):
         column = pa.repeat(pa.scalar(times_us, TIMESTAMP_FIELD.type), table.num_rows)
+    elif isinstance(times_us, pa.Array):
+        column = times_us.cast(pa.int64()).cast(TIMESTAMP_FIELD.type)
     else:
         column = pa.array(times_us, TIMESTAMP_FIELD.type)
     return table.append_column(TIMESTAMP_FIELD, column)

@@ -44,8 +44,11 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import pyarrow as pa
+
 from spark_receivers.errors import ConfigError
 from spark_receivers.receiver.bad_records import BadRecordPolicy
+from spark_receivers.receiver.lines import split_lines
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 log = logging.getLogger(__name__)
@@ -364,24 +367,20 @@ class FileTailReceiver(ThreadedReceiver):
         self._commit(f, f.offset + cut + 1, lines, skipping=False)
         return True
 
-    def _decode(self, f: _Followed, data: bytes) -> list[str]:
+    def _decode(self, f: _Followed, data: bytes) -> pa.Array | list[str]:
         """The lines of ``data`` (read at ``f.offset``); bad ones go to the policy.
 
-        Under ``fail`` the lines before a bad one are committed (its start saved as
-        the offset) before :meth:`handle_bad_record` raises.
+        All good (the usual case): one Arrow array, split and checked by Arrow's kernels
+        (:func:`~spark_receivers.receiver.lines.split_lines`), no Python object per line.
+        Else line by line, each bad line reported with its file offset; under ``fail``
+        the lines before a bad one are committed (its start saved as the offset) before
+        :meth:`handle_bad_record` raises.
         """
-        limit = self.record_limit
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            lines = text.split("\n")
-            if "\r" in text:
-                lines = [line.removesuffix("\r") for line in lines]
-            # a character is 1 to 4 bytes: only a line of over limit/4 may be too long
-            if not any(len(x) > limit // 4 and len(x.encode()) > limit for x in lines):
+        if self.default_records:
+            lines = split_lines(data, self.record_limit)
+            if lines is not None:
                 return lines
+        limit = self.record_limit
         good: list[str] = []
         offset = f.offset
         for raw in data.split(b"\n"):
@@ -401,15 +400,19 @@ class FileTailReceiver(ThreadedReceiver):
             offset += len(raw) + 1
         return good
 
-    def _commit(self, f: _Followed, offset: int, lines: list[str], skipping: bool) -> None:
+    def _commit(
+        self, f: _Followed, offset: int, lines: pa.Array | list[str], skipping: bool
+    ) -> None:
         """Store ``lines`` reliably, then move and save the offset (in that order)."""
-        if lines:
+        if len(lines):
             self._store_at(f, lines, offset, skipping)
         f.offset = offset
         f.skipping = skipping
         self._save_offsets()
 
-    def _store_at(self, f: _Followed, lines: list[str], offset: int, skipping: bool) -> None:
+    def _store_at(
+        self, f: _Followed, lines: pa.Array | list[str], offset: int, skipping: bool
+    ) -> None:
         """Store ``lines`` as the next commit, ``f`` read up to ``offset`` (the position)."""
         commit = self._commits + 1
         position = json.dumps(
@@ -433,7 +436,7 @@ class FileTailReceiver(ThreadedReceiver):
             f.handle.seek(f.offset)
             tail = f.handle.read(size - f.offset)
             lines = self._decode(f, tail)
-            if lines:
+            if len(lines):
                 self._store_at(f, lines, size, skipping=False)
                 f.offset = size
                 self._save_offsets()

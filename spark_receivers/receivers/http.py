@@ -66,6 +66,7 @@ from spark_receivers.receivers.http_idempotency import (
 from spark_receivers.util.extras import AIOHTTP
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from aiohttp import web
 
     from spark_receivers.receivers.http_server import ClientErrorLog, ConnectionGuard
@@ -436,7 +437,7 @@ class HttpReceiver(ThreadedReceiver):
             records = self.parse(body)
         except BadRequestError as e:  # 400, or 413 for a line over max_record_bytes
             return self._refuse(e.status, str(e), request=request)
-        if not records:
+        if len(records) == 0:
             if key is not None:
                 self._idempotency.finish(key, {"stored": 0})
             return web.json_response({"stored": 0})
@@ -478,7 +479,7 @@ class HttpReceiver(ThreadedReceiver):
         return None
 
     async def _store(
-        self, records: list[Any], arrived_us: int, key: str | None = None
+        self, records: list[Any] | pa.Array, arrived_us: int, key: str | None = None
     ) -> web.StreamResponse:
         from aiohttp import web
 
@@ -519,7 +520,9 @@ class HttpReceiver(ThreadedReceiver):
             return self._refuse(503, f"records could not be stored: {e}", retry=True)
         return web.json_response({"stored": len(records)})
 
-    def _store_reliably(self, records: list[Any], arrived_us: int, key: str | None = None) -> None:
+    def _store_reliably(
+        self, records: list[Any] | pa.Array, arrived_us: int, key: str | None = None
+    ) -> None:
         if self.is_stopped():
             msg = "receiver is stopping"
             raise ReceiverError(msg)
@@ -528,6 +531,6 @@ class HttpReceiver(ThreadedReceiver):
         with self._count_lock:
             self.records_stored += len(records)
 
-    def parse(self, body: bytes) -> list[Any]:
+    def parse(self, body: bytes) -> list[Any] | pa.Array:
         """The records of a request body; :class:`BadRequestError` naming the bad line."""
         return parse_body(body, self.format, self.record_schema, self.record_limit)

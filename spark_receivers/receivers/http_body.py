@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, NoReturn
 
 import pyarrow as pa
 
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receiver.bad_records import too_long
+from spark_receivers.receiver.lines import split_lines
 from spark_receivers.receiver.schema import check_record, is_default
 
 __all__ = ["FORMATS", "BadRequestError", "RecordTooLongError", "parse_body"]
@@ -43,8 +45,18 @@ class RecordTooLongError(BadRequestError):
 
 def parse_body(
     body: bytes, format: str, schema: pa.Schema, max_record_bytes: int | None = None
-) -> list[Any]:
-    """The records of ``body`` (see the module doc); :class:`BadRequestError` when malformed."""
+) -> list[Any] | pa.Array:
+    """The records of ``body`` (see the module doc); :class:`BadRequestError` when malformed.
+
+    A ``lines`` body under the default schema is one Arrow array, split and checked by
+    Arrow's kernels (no Python object per line); if a line is bad, the body is gone
+    through again line by line for the error that names it.
+    """
+    if format == "lines" and body and is_default(schema):
+        data = body[:-1] if body.endswith(b"\n") else body
+        lines = split_lines(data, sys.maxsize if max_record_bytes is None else max_record_bytes)
+        if lines is not None:
+            return lines
     if max_record_bytes is not None and len(body) > max_record_bytes:
         _check_line_lengths(body, max_record_bytes)
     try:

@@ -25,6 +25,12 @@ entries (the pending list is read in id order; a claimed batch is claimed while 
 own pending list is empty). Entries another receiver stored before dying without
 acking them are stored again when claimed (its positions are its own): at least once.
 
+With ``field`` set (the default), a batch of good entries becomes one Arrow array at
+once: the values are gathered, their lengths checked and UTF-8 validated by Arrow's
+kernels, the ids' range and times computed as columns (no ``str`` per entry of ours;
+redis-py's reply is what is left per entry). A batch holding a bad entry goes entry by
+entry.
+
 Entries are read as bytes and decoded here, so an entry that cannot become a
 record (longer than ``max_record_bytes``, a value that is not UTF-8, a missing
 field, fields that do not fit the schema) is a bad record, handled by
@@ -42,6 +48,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.bad_records import BadRecordPolicy, too_long
@@ -245,7 +252,16 @@ class RedisStreamReceiver(ThreadedReceiver):
                 break
 
     def _store_and_ack(self, client: redis.Redis, entries: list[Entry]) -> None:
-        """Store the entries' records, then XACK them; bad entries go to the policy first."""
+        """Store the entries' records, then XACK them; bad entries go to the policy first.
+
+        With ``field`` set, a batch of good single-field entries (the usual case) becomes
+        one Arrow array at once (:func:`_field_column`); else entry by entry.
+        """
+        if self.field is not None:
+            column = _field_column(entries, self.field.encode(), self.record_limit)
+            if column is not None:
+                self._store_then_ack(client, column, None, [eid for eid, _ in entries])
+                return
         records: list[Any] = []
         times: list[int] = []
         ids: list[str] = []
@@ -266,12 +282,24 @@ class RedisStreamReceiver(ThreadedReceiver):
         self._store_then_ack(client, records, times, ids)
 
     def _store_then_ack(
-        self, client: redis.Redis, records: list[Any], times: list[int], ids: list[str]
+        self,
+        client: redis.Redis,
+        records: list[Any] | pa.Array,
+        times: list[int] | None,
+        ids: list[str],
     ) -> None:
-        if records:
-            order = sorted(_id_key(i) for i in ids)
-            position = f"{self._source_tag()}{_id_text(order[0])}..{_id_text(order[-1])}"
-            self.store_records(records, reliable=True, times_us=times, position=position)
+        """Store ``records`` (times None: from ``ids``, which are theirs), then ack ``ids``."""
+        if len(records):
+            keys = _id_keys(ids)
+            order = pc.sort_indices(keys, sort_keys=[("ms", "ascending"), ("seq", "ascending")])
+            first, last = keys.take([order[0], order[-1]]).to_pylist()
+            span = f"{first['ms']}-{first['seq']}..{last['ms']}-{last['seq']}"
+            if times is None and self.include_timestamp:
+                times_us: Any = pc.multiply(keys.column("ms"), 1000).combine_chunks()
+            else:
+                times_us = times
+            position = f"{self._source_tag()}{span}"
+            self.store_records(records, reliable=True, times_us=times_us, position=position)
             self.records_stored += len(records)
         if ids:
             self._ack(client, ids)
@@ -330,6 +358,37 @@ def _entries(reply: Any) -> list[Entry]:
     if not reply:
         return []
     return [(_text(eid), fields) for _, messages in reply for eid, fields in messages]
+
+
+def _field_column(entries: list[Entry], key: bytes, limit: int) -> pa.Array | None:
+    """The ``key`` values of ``entries`` as one Arrow string array, checked by Arrow's kernels.
+
+    None when an entry is not a plain good one — deleted, with another field than ``key``
+    or none, longer than ``limit`` (name and value), or not UTF-8 — so the caller goes
+    entry by entry, where the bad-record policy sees which entry and why.
+    """
+    values = [f.get(key) if f is not None and len(f) == 1 else None for _, f in entries]
+    column = pa.array(values, pa.binary())
+    if column.null_count or not len(column):
+        return None
+    if pc.max(pc.binary_length(column)).as_py() + len(key) > limit:
+        return None
+    try:
+        return column.cast(pa.string())  # validates UTF-8
+    except pa.ArrowInvalid:
+        return None
+
+
+def _id_keys(ids: list[str]) -> pa.Table:
+    """Entry ids ``<ms>-<seq>`` as a table of two numbers, ``ms`` and ``seq`` (``<ms>``: 0)."""
+    text = pa.array(ids, pa.string())
+    text = pc.if_else(
+        pc.match_substring(text, "-"), text, pc.binary_join_element_wise(text, "0", "-")
+    )
+    parts = pc.split_pattern(text, "-", max_splits=1)
+    ms = pc.list_element(parts, 0).cast(pa.uint64())
+    seq = pc.list_element(parts, 1).cast(pa.uint64())
+    return pa.table({"ms": ms, "seq": seq})
 
 
 def _text(value: bytes | str, errors: str = "strict") -> str:

@@ -6,11 +6,8 @@ import contextlib
 import socket
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from spark_receivers.errors import ReceiverError
-from spark_receivers.receiver.source_support import table_with_times
+from spark_receivers.receiver.lines import split_lines
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 
 
@@ -113,12 +110,9 @@ class SocketTextReceiver(ThreadedReceiver):
 
     def _store_lines(self, chunk: bytes) -> None:
         if self._arrow_lines:
-            lines = _split_lines(chunk, self.record_limit)
+            lines = split_lines(chunk, self.record_limit)
             if lines is not None:
-                if self.include_timestamp:
-                    self.store(table_with_times(lines, self.record_schema))
-                else:
-                    self.store(pa.Table.from_arrays([lines], schema=self.schema))
+                self.store_records(lines)
                 return
             self._store_checked(chunk.split(b"\n"))  # a bad line in the chunk
             return
@@ -166,24 +160,3 @@ class SocketTextReceiver(ThreadedReceiver):
             raw[: self.record_limit],
             f"line longer than max_record_bytes={self.record_limit}",
         )
-
-
-def _split_lines(chunk: bytes, max_record_bytes: int) -> pa.Array | None:
-    """The lines of ``chunk`` as an Arrow string array, split and checked in C.
-
-    Each line loses its newline and one trailing carriage return. None when a line is longer
-    than ``max_record_bytes`` or not valid UTF-8: the caller then goes line by line.
-    No Python object is made per line, which is what makes a socket receiver cheap.
-    """
-    lines = pc.split_pattern(pa.array([chunk], pa.binary()), b"\n").values
-    if len(chunk) > max_record_bytes:
-        longest = pc.max(pc.binary_length(lines)).as_py()
-        if longest > max_record_bytes:
-            return None
-    try:
-        text = lines.cast(pa.string())  # validates UTF-8
-    except pa.ArrowInvalid:
-        return None
-    if b"\r" in chunk:
-        text = pc.replace_substring_regex(text, "\r$", "", max_replacements=1)
-    return text

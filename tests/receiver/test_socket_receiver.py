@@ -7,12 +7,9 @@ import socket
 import threading
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from spark_receivers import SocketTextReceiver
 from spark_receivers.errors import ConfigError, ReceiverError
-from spark_receivers.receivers.socket_text import _split_lines
 from spark_receivers.rpc import messages as m
 from spark_receivers.testing import StandInTracker, supervise
 
@@ -145,22 +142,6 @@ def test_bad_policy_configuration_fails_clearly():
         SocketTextReceiver("127.0.0.1", 1, bad_record_policy="drop")
     with pytest.raises(ConfigError, match="needs dead_letter_dir"):
         SocketTextReceiver("127.0.0.1", 1, bad_record_policy="dead_letter")
-
-
-@given(st.lists(st.text(alphabet="ab\r é中", max_size=8), min_size=1, max_size=20))
-def test_arrow_split_matches_line_by_line_decoding(lines):
-    chunk = "\n".join(lines).encode()
-    split = _split_lines(chunk, max_record_bytes=1 << 20)
-    assert split is not None
-    assert split.to_pylist() == [line.removesuffix("\r") for line in chunk.decode().split("\n")]
-
-
-@pytest.mark.parametrize(
-    ("chunk", "limit"),
-    [(b"ok\nbad \xff\nok", 100), (b"short\n" + b"x" * 50 + b"\nshort", 10)],
-)
-def test_arrow_split_leaves_bad_chunks_to_the_line_by_line_path(chunk, limit):
-    assert _split_lines(chunk, max_record_bytes=limit) is None
 
 
 def test_include_timestamp_adds_when_the_lines_were_read(tracker):

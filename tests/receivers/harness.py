@@ -50,6 +50,8 @@ class HarnessSupervisor:
         self.records: list[Any] = []
         self.reliable_batches: list[list[Any]] = []
         self.positions: list[str] = []
+        self.tables_stored = 0
+        """Stores that handed over an Arrow table or batch (no Python object per record)."""
         """Every ``store(..., position=...)``'s position, in order (the driver's view)."""
         self.errors: list[str] = []
         self.restarts: list[str] = []
@@ -90,6 +92,7 @@ class HarnessSupervisor:
     def push_table(self, data: Any, metadata: Any, reliable: bool) -> None:
         """A table of the default schema as its values, any other as one dict per row."""
         table = to_table(data, self.receiver.schema)
+        self.tables_stored += 1
         if is_default(self.receiver.schema):
             self.add_records(table.column("value").to_pylist(), metadata, reliable)
         else:

@@ -52,6 +52,20 @@ def test_appended_complete_lines_arrive_and_a_partial_line_waits(tmp_path, tail)
     assert wait_until(lambda: saved_offsets(receiver) == [size], 5), saved_offsets(receiver)
 
 
+def test_good_lines_are_stored_as_arrow_each_batch_at_its_offset(tmp_path, tail):
+    log = tmp_path / "logs" / "app.log"
+    lines = [f"line {i} é" for i in range(5000)]
+    append(log, "\n".join(lines) + "\r\nhalf")
+    _, sup = tail(max_batch_bytes=20_000, max_record_bytes=100)
+    assert sup.wait_for(5000) == lines
+    # one Arrow table per reliable store, each with the offset after its last line
+    assert sup.tables_stored == len(sup.reliable_batches) == len(sup.positions) > 1
+    offsets = [json.loads(p)["offset"] for p in sup.positions]
+    data = log.read_bytes()
+    assert all(data[o - 1 : o] == b"\n" for o in offsets)
+    assert offsets[-1] == len(data) - len(b"half")  # the partial last line waits
+
+
 def test_new_files_matching_the_pattern_are_followed(tmp_path, tail):
     _, sup = tail(pattern="*.log")
     append(tmp_path / "logs" / "a.log", "a1\n")

@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 from spark_receivers.receivers import HttpReceiver
+from spark_receivers.receivers.http_body import parse_body
 from spark_receivers.receivers.http_idempotency import IdempotencyKeys, Seen
 from spark_receivers.receivers.http_server import ClientErrorLog
 
@@ -70,6 +72,25 @@ def test_posted_lines_are_stored_in_order_before_the_200(make):
     assert (status, body) == (200, {"stored": 1})
     assert sup.records == ["a", "b", "c d", "last line without newline"]
     assert post(receiver.bound_port, b"")[0:3:2] == (200, {"stored": 0})
+
+
+def test_a_lines_body_is_stored_as_one_arrow_table(make):
+    receiver, sup = make()
+    lines = [f"line {i} é" for i in range(3000)]
+    status, _, body = post(receiver.bound_port, ("\r\n".join(lines) + "\n").encode())
+    assert (status, body) == (200, {"stored": 3000})
+    assert sup.tables_stored == 1  # split and checked by Arrow: no str per line
+    assert sup.reliable_batches == [lines]
+
+
+@given(st.text(alphabet="ab\r\n é中", max_size=40))
+def test_a_lines_body_in_arrow_has_the_lines_of_the_text(text):
+    expected = text.split("\n")
+    if text.endswith("\n"):
+        expected.pop()
+    expected = [line.removesuffix("\r") for line in expected] if text else []
+    records = parse_body(text.encode(), "lines", DEFAULT_SCHEMA, 1 << 20)
+    assert list(records if isinstance(records, list) else records.to_pylist()) == expected
 
 
 def test_port_zero_binds_a_free_port_and_writes_the_address_file(tmp_path):

@@ -55,6 +55,8 @@ def test_every_entry_arrives_in_order_and_is_acked(redis_url, client, names):
         records = sup.wait_for(1050)
         assert records == [f"before {i}" for i in range(50)] + [f"after {i}" for i in range(1000)]
         assert all(len(batch) <= 100 for batch in sup.reliable_batches)
+        # good entries: each batch one Arrow array, no str per entry
+        assert sup.tables_stored == len(sup.reliable_batches)
         assert wait_until(lambda: pending(client, stream, group) == 0, 5)
     finally:
         sup.shutdown()
