@@ -4,7 +4,7 @@
 # processes (not system services) with their own pid file, log and data directory.
 #
 #   scripts/services.sh start   SERVER [PORT]  # prints the port; PORT 0/absent: a free one
-#   scripts/services.sh restart amqp|nats      # stop and start again: same port, data kept
+#   scripts/services.sh restart redis|amqp|nats  # stop and start again: same port, data kept
 #   scripts/services.sh stop    SERVER|all
 #   scripts/services.sh status  SERVER|all     # prints "NAME running PORT" or "NAME stopped"
 #   scripts/services.sh install SERVER|chromium|all  # only installs (apt-get)
@@ -128,11 +128,6 @@ start_server() {
     [ "$port" = 0 ] && port=$(free_port)
     echo "$port" > "$dir/port"
     case "$name" in
-        redis)
-            redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
-                --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log" \
-                --dir "$dir/data" --save "" --appendonly no >&2
-            ;;
         mosquitto)
             cat > "$dir/mosquitto.conf" <<EOF
 listener $port 127.0.0.1
@@ -156,6 +151,15 @@ EOF
             ;;
     esac
     launch "$name"
+}
+
+# redis-server on $STATE/redis: an append-only file (fsync'd every second, and whole at a
+# SIGTERM), so a restart keeps the streams, their groups and pending lists.
+launch_redis() {
+    local dir=$1 port=$2
+    redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes \
+        --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log" \
+        --dir "$dir/data" --save "" --appendonly yes --appendfsync everysec >&2
 }
 
 # Start the broker of $STATE/NAME (amqp, nats) from the files a first start wrote there.
@@ -215,6 +219,7 @@ launch() {
     dir="$STATE_ROOT/$name" port=$(cat "$STATE_ROOT/$name/port")
     case "$name" in
         amqp | nats) launch_broker "$name" ;;
+        redis) launch_redis "$dir" "$port" ;;
     esac
     [ "$name" = amqp ] && tenths=1200 # an Erlang VM and RabbitMQ's boot: seconds when busy
     wait_for_pid_file "$dir/pid" || die "$name wrote no pid file $dir/pid (log: $dir/log)"
@@ -289,7 +294,7 @@ case "$command" in
         start_server "$target" "$port"
         ;;
     restart)
-        case "$target" in amqp | nats) ;; *) die "restart keeps a broker's data: amqp or nats" ;; esac
+        case "$target" in redis | amqp | nats) ;; *) die "restart keeps a server's data: redis, amqp or nats" ;; esac
         restart_server "$target"
         ;;
     stop) for t in $targets; do stop_server "$t"; done ;;

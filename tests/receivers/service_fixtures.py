@@ -56,7 +56,7 @@ def start_service(name: str) -> int:
 
 
 def restart_service(name: str) -> None:
-    """Stop ``name`` and start it again on the same port with its data (amqp, nats)."""
+    """Stop ``name`` and start it again on the same port with its data (redis, amqp, nats)."""
     with _lock:
         done = subprocess.run(
             ["bash", str(SCRIPT), "restart", name],

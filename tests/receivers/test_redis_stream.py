@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 import redis
 from harness import HarnessSupervisor, wait_until
+from service_fixtures import restart_service
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import RedisStreamReceiver
@@ -377,5 +378,36 @@ def test_a_position_of_another_stream_is_ignored_and_the_entries_are_stored(
     try:
         assert sup.wait_for(10) == [f"e{i}" for i in range(10)]  # not acked unstored
         assert receiver.entries_already_stored == 0
+    finally:
+        sup.shutdown()
+
+
+def test_a_server_restart_mid_stream_stores_every_entry_once(redis_url, client, names):
+    """redis-server stopped (SIGTERM) and started again on its data while entries flow: the
+    receiver comes back, every entry added is stored, none twice, and none stays pending."""
+    stream, group = names
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    receiver = RedisStreamReceiver(
+        stream, group, url=redis_url, batch=50, block_ms=100, max_backoff_ms=1000
+    )
+    sup = run(receiver)
+    try:
+        add(client, stream, [f"a{i}" for i in range(300)])
+        assert wait_until(lambda: len(sup.records) >= 300, 30)
+        add(client, stream, [f"b{i}" for i in range(300)])  # read while the server goes down
+        restart_service("redis")
+        after = redis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            add(after, stream, [f"c{i}" for i in range(300)])
+            expected = [f"{p}{i}" for p in "abc" for i in range(300)]
+            assert wait_until(lambda: set(expected) <= set(sup.records), 60), (
+                f"{len(set(expected) - set(sup.records))} of {len(expected)} entries missing"
+            )
+            assert wait_until(lambda: pending(after, stream, group) == 0, 30)
+            assert after.xlen(stream) == 900  # the server came back with its data
+            assert sorted(sup.records) == sorted(expected), "an entry was stored twice"
+            assert sup.restarts  # the connection was lost and the receiver came back
+        finally:
+            after.close()
     finally:
         sup.shutdown()
