@@ -277,14 +277,6 @@ class StreamingContext:
             # Network, memory budget, executors' package: one clear error here, or go.
             deployment = prepare(self.spark, self.config, self._spark_conf)
             assert deployment.side is not None
-            if deployment.side.kind == "connect" and self._graph.structured_ids:
-                msg = (
-                    "structured_stream is not supported on Spark Connect yet: the server "
-                    "could not start the planner of a Python streaming source in our tests "
-                    "('Python worker failed to connect back'); use receiver_stream(...) with "
-                    "foreach_batch on Connect, or a classic SparkSession (docs/deploy.md)"
-                )
-                raise ConfigError(msg)
             self._prepare_sources(JobName(deployment.config.job_id, deployment.side.app_id))
             self._progress.new_run(stream_uuid(self.checkpoint_dir))
             # First the page (a port it cannot bind fails here, before anything runs).

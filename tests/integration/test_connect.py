@@ -74,10 +74,6 @@ def start_connect_server(log: Path, master: str = "local[3]") -> tuple[subproces
         "spark.sql.shuffle.partitions=2",
         "--conf",
         f"spark.pyspark.python={sys.executable}",
-        # A Python worker that connects back late on a busy machine (the planner of a
-        # Python streaming source is a worker of its own).
-        "--conf",
-        "spark.python.authenticate.socketTimeout=120s",
     ]
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
     for key in CONNECT_ENV:
@@ -229,12 +225,37 @@ def test_remote_flags_are_checked_without_spark():
         spark_settings("x", "spark://m:7077", [], remote="sc://h:1")
 
 
-def test_a_structured_stream_is_refused_at_start_on_connect(connect):
+def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(connect):
+    """The source's planner runs as a Python worker of the Connect server."""
+    total = 600
     ssc = StreamingContext(connect, 1000)
-    ssc.structured_stream(GeneratorReceiver(rate=100, total=10))
-    with pytest.raises(ConfigError, match="structured_stream is not supported on Spark Connect"):
-        ssc.start()
-    assert ssc.state.name == "INITIALIZED"  # nothing started
+    stream = ssc.structured_stream(GeneratorReceiver(rate=300, total=total))
+    ssc.start()
+    query = None
+    try:
+        query = (
+            stream.read_stream(max_records_per_trigger=250)
+            .writeStream.format("memory")  # a table on the server that this session reads
+            .queryName("connect_structured")
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        table = "connect_structured"
+
+        def counted() -> int:
+            assert query.exception() is None, query.exception()
+            return int(connect.sql(f"SELECT count(*) AS n FROM {table}").collect()[0].n)
+
+        assert _wait_until(lambda: counted() >= total, 180), query.recentProgress[-3:]
+        query.processAllAvailable()
+        row = connect.sql(f"SELECT count(*) AS n, count(DISTINCT value) AS d FROM {table}")
+        assert tuple(row.collect()[0]) == (total, total)  # every record, none twice
+        assert max(p.numInputRows for p in query.recentProgress) <= 250  # the read limit
+    finally:
+        if query is not None:
+            query.stop()
+        ssc.stop(graceful=False)
+    assert ssc.state.name == "STOPPED"
 
 
 @pytest.mark.timeout(600)
