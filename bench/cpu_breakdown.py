@@ -474,9 +474,9 @@ def _processed_in(raw: object, start: float, end: float) -> float:
 def spark_alone(pipeline: str, lines: int, runs: int) -> float:
     """CPU-seconds of this process tree per run of ``pipeline``'s query on ``lines`` cached."""
     from bench.child import local_session
-    from bench.loadgen import BLOCK_LINES, LinePool
     from bench.pipelines import batch_query
     from bench.query_floor import lines_table
+    from spark_receivers.receivers.line_source import BLOCK_LINES, LinePool
 
     query = batch_query(pipeline)
     spark = local_session("cpu-breakdown-spark-alone")

@@ -36,9 +36,9 @@ from typing import Any
 from bench.child import local_session
 from bench.harness import CpuSampler
 from bench.ladder import rung_grid
-from bench.loadgen import BLOCK_LINES, LinePool
 from bench.pipelines import two_action, word_count
 from bench.record import Recording, Section, add_record_arguments, doc_tail
+from spark_receivers.receivers.line_source import BLOCK_LINES, LinePool
 
 __all__ = ["LAST_RESULTS", "QUERIES", "SECTION", "fits", "lowest_failing", "main", "render"]
 

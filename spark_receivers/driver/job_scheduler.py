@@ -118,7 +118,6 @@ class JobScheduler:
         launcher_factory: LauncherFactory | None = None,
         client_factory: ClientFactory | None = None,
     ) -> None:
-        self._spark = spark
         self._side = spark_side(spark)
         self._graph = graph
         self._interval_ms = batch_interval_ms
