@@ -156,7 +156,7 @@ def warmup_lines(n: int = 20_000) -> list[str]:
     Every system runs its batch pipeline once on these before connecting, so the measured
     window sees warm Python workers and JIT-compiled JVM code, not a cold start.
     """
-    from spark_receivers.receivers.line_source import LinePool
+    from spark_receivers.receivers.lines import LinePool
 
     pool = LinePool(seed=1)
     return [pool.line(i).decode().rstrip("\n") for i in range(n)]

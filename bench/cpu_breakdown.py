@@ -476,7 +476,7 @@ def spark_alone(pipeline: str, lines: int, runs: int) -> float:
     from bench.child import local_session
     from bench.pipelines import batch_query
     from bench.query_floor import lines_table
-    from spark_receivers.receivers.line_source import BLOCK_LINES, LinePool
+    from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
     query = batch_query(pipeline)
     spark = local_session("cpu-breakdown-spark-alone")

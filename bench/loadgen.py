@@ -18,13 +18,8 @@ import sys
 import time
 from dataclasses import asdict
 
-from spark_receivers.receivers.line_source import (
-    BLOCK_LINES,
-    LINE_BYTES,
-    LinePool,
-    LineSource,
-    LineSourceInfo,
-)
+from spark_receivers.receivers.line_source import LineSource, LineSourceInfo
+from spark_receivers.receivers.lines import BLOCK_LINES, LINE_BYTES, LinePool
 
 __all__ = ["main", "measure_generator", "measure_loopback"]
 

@@ -38,7 +38,7 @@ from bench.harness import CpuSampler
 from bench.ladder import rung_grid
 from bench.pipelines import two_action, word_count
 from bench.record import Recording, Section, add_record_arguments, doc_tail
-from spark_receivers.receivers.line_source import BLOCK_LINES, LinePool
+from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
 __all__ = ["LAST_RESULTS", "QUERIES", "SECTION", "fits", "lowest_failing", "main", "render"]
 

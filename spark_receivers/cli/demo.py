@@ -110,7 +110,7 @@ def _word_count(
     from pyspark.sql import functions as F
 
     from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
-    from spark_receivers.receivers.line_source import LINE_WORDS
+    from spark_receivers.receivers.lines import LINE_WORDS
 
     # On a cluster the executors connect to the source: it listens where they reach the driver.
     master = spark.conf.get("spark.master", "") or ""

@@ -8,13 +8,12 @@ import threading
 import pytest
 
 from spark_receivers.errors import ConfigError, StateError
-from spark_receivers.receivers.line_source import (
+from spark_receivers.receivers.line_source import LineSource, LineSourceState
+from spark_receivers.receivers.lines import (
     BLOCK_LINES,
     LINE_BYTES,
     LINE_WORDS,
     LinePool,
-    LineSource,
-    LineSourceState,
     parse_seq,
 )
 
