@@ -4,8 +4,8 @@
     python -m bench.backpressure --quick         # smoke: 2 x 30 s
     python -m bench.backpressure --seconds 10 --no-write
 
-A :class:`bench.loadgen.LineServer` offers ``--offered`` lines/s (30,000) to a
-``SocketTextReceiver``; the output operation counts each batch and then sleeps one
+A :class:`~spark_receivers.receivers.line_source.LineSource` offers ``--offered`` lines/s
+(30,000) to a ``SocketTextReceiver``; the output operation counts each batch and then sleeps one
 second per ``--capacity`` rows (10,000/s), so the pipeline cannot process more than a
 third of the offer. 1 s batches, 200 ms blocks. Two runs of ``--seconds`` each, in
 fresh contexts of one SparkSession: backpressure on (PID, initial rate = half the
@@ -39,13 +39,13 @@ BATCH_MS = 1000
 
 
 def run_once(spark: Any, backpressure: bool, offered: int, capacity: int, seconds: float) -> dict:
-    from bench.loadgen import LineServer
     from spark_receivers import (
         SocketTextReceiver,
         StreamingConfig,
         StreamingContext,
         StreamingListener,
     )
+    from spark_receivers.receivers.line_source import LineSource
 
     batches: list[dict[str, Any]] = []
 
@@ -63,7 +63,7 @@ def run_once(spark: Any, backpressure: bool, offered: int, capacity: int, second
     def slow(df: Any, batch_time_ms: int) -> None:
         time.sleep(df.count() / capacity)
 
-    server = LineServer(offered, seconds).start()
+    server = LineSource(offered, seconds).start()
     config = StreamingConfig(
         block_interval_ms=200,
         backpressure_enabled=backpressure,

@@ -22,9 +22,9 @@ import os
 import statistics
 import sys
 import time
-from typing import Any
 
-from bench.child import WORD_MARK, warmup_lines
+from bench.child import warmup_lines
+from bench.pipelines import word_count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyarrow as pa
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from spark_receivers.receiver.schema import DEFAULT_SCHEMA
@@ -85,11 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in tables.items()
     ]
     schema = from_arrow_schema(DEFAULT_SCHEMA)
-
-    def word_count(df: Any) -> int:
-        words = F.concat(F.array(F.lit(WORD_MARK)), F.slice(F.split("value", " "), 2, 1000))
-        rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
-        return next((int(r["count"]) for r in rows if r["word"] == WORD_MARK), 0)
 
     cached = spark.createDataFrame([(line,) for line in lines], "value string").cache()
     cached.count()

@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 RESULT_PREFIX = "BENCH_RESULT "
 BATCH_PREFIX = "BENCH_BATCH "
-WORD_MARK = "#lines"  # replaces each line's sequence number: its count is the line count
 WINDOW_S, SLIDE_S = 30, 1
 """The ``windowed`` pipeline: a word count over the last 30 s, every second, updated a slide
 at a time with the inverse function (``reduceByKeyAndWindow(add, sub, 30, 1)``)."""
@@ -157,7 +156,7 @@ def warmup_lines(n: int = 20_000) -> list[str]:
     Every system runs its batch pipeline once on these before connecting, so the measured
     window sees warm Python workers and JIT-compiled JVM code, not a cold start.
     """
-    from bench.loadgen import LinePool
+    from spark_receivers.receivers.lines import LinePool
 
     pool = LinePool(seed=1)
     return [pool.line(i).decode().rstrip("\n") for i in range(n)]

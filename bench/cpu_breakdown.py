@@ -474,13 +474,11 @@ def _processed_in(raw: object, start: float, end: float) -> float:
 def spark_alone(pipeline: str, lines: int, runs: int) -> float:
     """CPU-seconds of this process tree per run of ``pipeline``'s query on ``lines`` cached."""
     from bench.child import local_session
-    from bench.loadgen import BLOCK_LINES, LinePool
-    from bench.query_floor import lines_table, two_action
-    from bench.repeated_actions import word_count
+    from bench.pipelines import batch_query
+    from bench.query_floor import lines_table
+    from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
-    queries = {"ingest": lambda df: int(df.count()), "wordcount": word_count}
-    queries["two_action"] = two_action
-    query = queries[pipeline]
+    query = batch_query(pipeline)
     spark = local_session("cpu-breakdown-spark-alone")
     try:
         n = max(BLOCK_LINES, lines // BLOCK_LINES * BLOCK_LINES)

@@ -41,8 +41,8 @@ __all__ = ["main", "measure"]
 
 
 def _lines(n: int) -> Any:
-    from bench.loadgen import BLOCK_LINES, LinePool
     from bench.query_floor import lines_table
+    from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
     table = lines_table(LinePool(), -(-n // BLOCK_LINES) * BLOCK_LINES)
     return table.slice(0, n)

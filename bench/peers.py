@@ -33,7 +33,6 @@ from typing import Any
 from bench.child import (
     SLIDE_S,
     WINDOW_S,
-    WORD_MARK,
     BatchRecorder,
     ChildArgs,
     Pipeline,
@@ -43,6 +42,7 @@ from bench.child import (
     warmup_lines,
 )
 from bench.harness import Runner
+from bench.pipelines import WORD_MARK, batch_query
 from bench.step import run_child_session
 
 __all__ = ["run_dstream", "run_structured_socket"]
@@ -179,7 +179,6 @@ def _all_have(recorder: BatchRecorder, key: str) -> bool:
 
 def _structured_socket(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     builder = SparkSession.builder.master(args.master).appName(
         f"bench-structured-socket-{args.pipeline}"
@@ -189,16 +188,8 @@ def _structured_socket(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     checkpoint = tempfile.mkdtemp(prefix="bench-structured-")
-    mark = WORD_MARK
-
-    def lines_in(df: Any) -> int:
-        if args.ingest_only:
-            return int(df.count())
-        if args.two_actions:
-            df.count()  # the first of two actions on the same batch
-        words = F.concat(F.array(F.lit(mark)), F.slice(F.split("value", " "), 2, 1000))
-        rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
-        return next((int(r["count"]) for r in rows if r["word"] == mark), 0)
+    # No window here: a windowed run of this peer counts each batch's words.
+    lines_in = batch_query("wordcount" if args.windowed else args.pipeline)
 
     if not args.cold:
         warm = spark.createDataFrame([(line,) for line in warmup_lines()], "value string")

@@ -36,9 +36,9 @@ from typing import Any
 from bench.child import local_session
 from bench.harness import CpuSampler
 from bench.ladder import rung_grid
-from bench.loadgen import BLOCK_LINES, LinePool
+from bench.pipelines import two_action, word_count
 from bench.record import Recording, Section, add_record_arguments, doc_tail
-from bench.repeated_actions import word_count
+from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
 __all__ = ["LAST_RESULTS", "QUERIES", "SECTION", "fits", "lowest_failing", "main", "render"]
 
@@ -48,13 +48,6 @@ FORMS = ("cache", "checkpoint")
 DEFAULT_RUNGS = [r for r in rung_grid(10_000, 2_000_000) if r >= 340_000]
 LAST_RESULTS: list[dict] = []
 """The rungs :func:`main` measured last (``bench.run`` judges the ladder's targets with them)."""
-
-
-def two_action(df: Any) -> int:
-    """The ladder's two-action pipeline: ``count()``, then the word count."""
-    n = int(df.count())
-    word_count(df)
-    return n
 
 
 QUERIES: dict[str, Callable[[Any], int]] = {"wordcount": word_count, "two_action": two_action}

@@ -38,7 +38,6 @@ from typing import Any
 from bench.child import (
     SLIDE_S,
     WINDOW_S,
-    WORD_MARK,
     BatchRecorder,
     ChildArgs,
     Pipeline,
@@ -48,6 +47,7 @@ from bench.child import (
     warmup_lines,
 )
 from bench.harness import Runner, StepResult
+from bench.pipelines import batch_query, words
 from bench.step import run_child_session
 
 __all__ = [
@@ -158,16 +158,7 @@ def _spark_receivers(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    mark = WORD_MARK
-
-    def lines_in(df: Any) -> int:
-        if args.ingest_only or args.windowed:
-            return int(df.count())
-        if args.two_actions:
-            df.count()  # the first of two actions on the same batch
-        words = F.concat(F.array(F.lit(mark)), F.slice(F.split("value", " "), 2, 1000))
-        rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
-        return next((int(r["count"]) for r in rows if r["word"] == mark), 0)
+    lines_in = batch_query(args.pipeline)
 
     # The peers warm their batch pipeline; ours reads blocks through the Python data source
     # from a Flight block server, so warm exactly that (the first read of a cold worker costs
@@ -239,9 +230,8 @@ def _spark_receivers(
         receiver = _gated_receiver_class(SocketTextReceiver)(args.host, args.port, gate=gate)
     stream = ssc.receiver_stream(receiver).foreach_batch(on_batch, "word_count")
     if args.windowed:
-        words = F.concat(F.array(F.lit(mark)), F.slice(F.split("value", " "), 2, 1000))
         pairs = stream.transform(
-            lambda df: df.select(F.explode(words).alias("word"), F.lit(1).alias("n"))
+            lambda df: df.select(F.explode(words()).alias("word"), F.lit(1).alias("n"))
         )
         pairs.reduce_by_key_and_window(
             operator.add, operator.sub, WINDOW_S * 1000, SLIDE_S * 1000, key="word", value="n"

@@ -33,7 +33,8 @@ import threading
 import time
 from typing import Any
 
-from bench.child import WORD_MARK, local_session, warmup_lines
+from bench.child import local_session, warmup_lines
+from bench.pipelines import word_count
 from bench.record import REPO_ROOT, Recording, Section, add_record_arguments, doc_tail
 
 __all__ = ["SECTION", "main", "render"]
@@ -46,15 +47,6 @@ def _p(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def word_count(df: Any) -> int:
-    """The ladder's word count; returns the batch's line count."""
-    from pyspark.sql import functions as F
-
-    words = F.concat(F.array(F.lit(WORD_MARK)), F.slice(F.split("value", " "), 2, 1000))
-    rows = df.select(F.explode(words).alias("word")).groupBy("word").count().collect()
-    return next((int(r["count"]) for r in rows if r["word"] == WORD_MARK), 0)
 
 
 def run_case(spark: Any, *, rate: int, seconds: float, cache: bool) -> dict[str, Any]:

@@ -34,8 +34,8 @@ from bench.harness import (
     StepResult,
     summarize_step,
 )
-from bench.loadgen import LineServer
 from bench.record import REPO_ROOT, SCRATCH_DIR
+from spark_receivers.receivers.line_source import LineSource
 
 __all__ = ["LOG_DIR", "REPO_ROOT", "run_child_session"]
 
@@ -125,7 +125,7 @@ def run_child_session(
     session_end = None if budget_s is None else t_call + budget_s
     result = SessionResult()
     error: str | None = None
-    server = LineServer.stepped([(r, step_s) for r in rates], accept_timeout_s=startup_timeout_s)
+    server = LineSource.stepped([(r, step_s) for r in rates], accept_timeout_s=startup_timeout_s)
     with server, CpuSampler() as cpu:
         cmd = [
             sys.executable, "-m", child_module, system,

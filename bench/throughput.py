@@ -78,7 +78,7 @@ TARGETS = (
 clears it."""
 
 NOTES = """\
-Workload: a TCP line server (`bench/loadgen.py`) offers 100-byte lines (a 10-digit sequence
+Workload: a TCP line server (`LineSource`, the demo's) offers 100-byte lines (a 10-digit sequence
 number, then words from a seeded 1,000-word vocabulary) at a fixed rate, paced every 10 ms,
 open loop; its clock starts when the system's receiver connects. Pipelines, the same for
 every system: `wordcount` splits lines into words, counts per word per 1 s batch and

@@ -3,7 +3,8 @@
 A thin facade: streams and their output operations live in a
 :class:`~spark_receivers.driver.batches.stream_graph.StreamGraph`, and everything that
 runs (trackers, job generator, checkpoints, receivers' jobs) is owned by a
-:class:`~spark_receivers.driver.job_scheduler.JobScheduler` made at ``start()``.
+:class:`~spark_receivers.driver.job_scheduler.JobScheduler` made whole at ``start()``,
+then started.
 docs/architecture.md shows the rooms and the order they start and stop in.
 """
 
@@ -289,21 +290,26 @@ class StreamingContext:
             )
             if url is not None:
                 log.info("status page at %s", url)
-            self._scheduler = JobScheduler(
-                self.spark,
-                self._graph,
-                self.batch_interval_ms,
-                deployment.config,
-                self._secret,
-                deployment.driver,
-                self._bus,
-                self._clock,
-                self._on_failure,
-                self._recovery,
-            )
             try:
+                # Every part is made here (nothing runs yet), then started in order.
+                self._scheduler = JobScheduler(
+                    self.spark,
+                    self._graph,
+                    self.batch_interval_ms,
+                    deployment.config,
+                    self._secret,
+                    deployment.driver,
+                    self._bus,
+                    self._clock,
+                    self._on_failure,
+                    self._recovery,
+                )
                 self._scheduler.start()
             except BaseException:
+                if self._scheduler is not None:
+                    # Close what was made (the endpoint's port, the driver WAL).
+                    self._scheduler.stop(graceful=False, timeout_ms=0)
+                    self._scheduler = None
                 self._observability.stop()
                 raise
             self._state = ContextState.ACTIVE
@@ -410,8 +416,7 @@ class StreamingContext:
     def status(self) -> StreamingStatus:
         """A typed snapshot of where the stream stands now (receivers, batches, records)."""
         scheduler = self._scheduler
-        # While start() runs (INITIALIZED) the scheduler's parts are still being made.
-        if scheduler is not None and self._state is not ContextState.INITIALIZED:
+        if scheduler is not None:  # made whole, before its start() (JobScheduler's doc)
             status = scheduler.status(self._state.name)
             reports = scheduler.receiver_metrics.snapshot()
             receivers = tuple(
@@ -442,8 +447,8 @@ class StreamingContext:
         return StreamDescription(stream.stream_id, receiver.name, kind, type(receiver).__name__)
 
     def _receiver_states(self) -> dict[int, Any]:
-        tracker = getattr(self._scheduler, "receiver_tracker", None)
-        return {} if tracker is None else tracker.receiver_states()
+        scheduler = self._scheduler
+        return {} if scheduler is None else scheduler.receiver_tracker.receiver_states()
 
     # --- checks -----------------------------------------------------------------
 

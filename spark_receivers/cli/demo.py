@@ -110,11 +110,12 @@ def _word_count(
     from pyspark.sql import functions as F
 
     from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
+    from spark_receivers.receivers.lines import LINE_WORDS
 
     # On a cluster the executors connect to the source: it listens where they reach the driver.
     master = spark.conf.get("spark.master", "") or ""
     host = "127.0.0.1" if is_local(master) else spark.conf.get("spark.driver.host", "127.0.0.1")
-    source = LineSource(host=host or "127.0.0.1", rate=rate).start()
+    source = LineSource(rate, host=host or "127.0.0.1", words=LINE_WORDS).start()
     ssc = StreamingContext(spark, batch_interval_ms=interval_ms)
     lines = ssc.receiver_stream(SocketTextReceiver(source.host, source.port))
     stats = {"processed": 0, "batches": 0, "processing_ms": 0.0}

@@ -5,15 +5,19 @@ the tracker endpoint, the :class:`ReceiverTracker` with its launcher and outbox,
 the :class:`JobGenerator`, the rate controllers, the checkpoint writer and the
 listener bus. ``StreamingContext`` is only its public face.
 
+**Construction** makes every part and runs none: the data sources are registered,
+the block tracker opened (a recovering driver replays its WAL), the tracker endpoint
+bound but not serving (its address goes into the receivers' task specs), then the
+launcher, the tracker core, the keepers' registry, the offset endpoint, the rate
+controllers and the job generator; :meth:`JobScheduler.status` works from then on.
 **Start** and **stop** follow the order docs/architecture.md gives, with its
-reasons: start the block tracker (a recovering driver replays its WAL), the bus,
-the tracker endpoint (tracker core, launcher, outbox, block keepers' registry),
-rate controllers, the job generator; then keepers on every executor, the batch
-path's warm-up (``driver/batches/batch_reader.py``: its one-time costs are paid before the
-first batch time), the receivers and the timer. **Recovering** from a checkpoint, the
-batches to redo and those of the down time are allocated first (from the WAL, before
-any receiver of this run can add a block), then the receivers are launched, and the
-queued batches run once every receiver started or failed to
+reasons: start the bus, let the tracker endpoint serve (its handler's parts all
+exist), start the rate controllers, write a first checkpoint; then keepers on every
+executor, the batch path's warm-up (``driver/batches/batch_reader.py``: its one-time
+costs are paid before the first batch time), the receivers and the timer. **Recovering**
+from a checkpoint, the batches to redo and those of the down time are allocated first
+(from the WAL, before any receiver of this run can add a block), then the receivers are
+launched, and the queued batches run once every receiver started or failed to
 (``spark.receivers.receiver.startTimeout`` at most): the receivers' tasks get their
 task slots and CPU before the redone batches, not after them.
 A graceful stop lets receivers that are still starting finish (within
@@ -62,7 +66,7 @@ from spark_receivers.driver.tracking.receiver_launcher import ReceiverLauncher, 
 from spark_receivers.driver.tracking.receiver_outbox import ClientFactory, ReceiverOutbox
 from spark_receivers.driver.tracking.receiver_tracker import ReceiverTracker
 from spark_receivers.driver.tracking.restart_policy import RestartPolicy
-from spark_receivers.errors import RpcError, WriteAheadLogError
+from spark_receivers.errors import RpcError, StateError, WriteAheadLogError
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
@@ -91,6 +95,8 @@ are also in the receiver WAL (queries read them from there once it is gone)."""
 class JobScheduler:
     """Runs the driver side of one streaming context; see the module doc.
 
+    Made whole: every part exists once the constructor returns (nothing runs yet);
+    :meth:`start` starts them, once (docs/decisions/0017).
     ``on_failure()`` is called (on the failing thread) once, after the first
     :meth:`fail`; the context stops itself from it. ``launcher_factory`` and
     ``client_factory`` replace the Spark job launcher and the Flight clients of
@@ -112,15 +118,10 @@ class JobScheduler:
         launcher_factory: LauncherFactory | None = None,
         client_factory: ClientFactory | None = None,
     ) -> None:
-        self._spark = spark
         self._side = spark_side(spark)
-        self._launcher_factory = launcher_factory or ReceiverLauncher
-        self._client_factory = client_factory or (
-            lambda address: EndpointClient(address, self._secret, tls=config.tls)
-        )
         self._graph = graph
         self._interval_ms = batch_interval_ms
-        self._config = config
+        self._config = cfg = config
         self._checkpoint_dir = config.checkpoint_dir or None
         self._layout = CheckpointLayout(self._checkpoint_dir) if self._checkpoint_dir else None
         self._secret = secret
@@ -131,6 +132,40 @@ class JobScheduler:
         self._recovery = recovery
         self._lock = threading.Lock()
         self._error: BaseException | None = None
+        self._started = False
+        self._stopped = False
+        self._stopping_at_once = False  # a stop with graceful=False has begun
+        self._held: dict[int, Blocks] = {}
+        """Completed batches whose blocks a window may still read, by batch time."""
+        # Every part is made here, in the order each needs the ones before it; none
+        # runs a thread or answers a call before start().
+        block_source.register(spark)
+        if graph.structured_ids:
+            stream_source.register(spark)
+        self.block_tracker = open_block_tracker(
+            [s.stream_id for s in graph.inputs],
+            graph.structured_ids,
+            self._layout,
+            cfg,
+            clock,
+            recover=recovery is not None,
+        )
+        self._outbox = ReceiverOutbox(
+            client_factory or (lambda address: EndpointClient(address, secret, tls=config.tls))
+        )
+        # Bound, so the receivers' task specs can name its address; it answers calls
+        # only once start() gives it its handler (FlightEndpoint.serve).
+        self._endpoint = FlightEndpoint(
+            "receiver-tracker",
+            self._network.bind_host,
+            secret,
+            m.TRACKER_MESSAGES,
+            None,
+            max_message_bytes=cfg.max_message_bytes,
+            tls=cfg.tls,
+            **self._network.endpoint_kwargs(),
+        )
+        address = self._endpoint.address
         self._batches = BatchReader(
             spark,
             secret,
@@ -143,62 +178,8 @@ class JobScheduler:
             config.tls,
             # Left to its default, a small batch is read by fewer tasks (batch_reader.py).
             0 if config.batch_read_partitions else BatchReader.ROWS_PER_READ_TASK,
+            tracker=address,
         )
-        self._started = False
-        self._stopped = False
-        self._stopping_at_once = False  # a stop with graceful=False has begun
-        self._keeper_starter: KeeperStarter | None = None
-        self._held: dict[int, Blocks] = {}
-        """Completed batches whose blocks a window may still read, by batch time."""
-        self.rate_controllers: dict[int, RateController] = {}
-        self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
-
-    @property
-    def error(self) -> BaseException | None:
-        """The first cause the context failed with, if it did."""
-        return self._error
-
-    # --- start ----------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start every part in the documented order; returns at once."""
-        graph, cfg = self._graph, self._config
-        block_source.register(self._spark)
-        if graph.structured_ids:
-            stream_source.register(self._spark)
-        self.block_tracker = open_block_tracker(
-            [s.stream_id for s in graph.inputs],
-            graph.structured_ids,
-            self._layout,
-            cfg,
-            self._clock,
-            recover=self._recovery is not None,
-        )
-        self._bus.start()
-        self._outbox = ReceiverOutbox(self._client_factory)
-        self.keepers = BlockKeepers(
-            self._bus,
-            self._outbox,
-            lambda: self.launcher.alive_executors(),
-            self.block_tracker.batch_of,
-            self._clock,
-        )
-        self._offsets = OffsetEndpoint(
-            self.block_tracker.logs,
-            describe_streams({r.stream_id: r for r in graph.receivers}),
-            self._remove_blocks,
-        )
-        self._endpoint = FlightEndpoint(
-            "receiver-tracker",
-            self._network.bind_host,
-            self._secret,
-            m.TRACKER_MESSAGES,
-            self._dispatch,
-            max_message_bytes=cfg.max_message_bytes,
-            tls=cfg.tls,
-            **self._network.endpoint_kwargs(),
-        )
-        self._batches.tracker = self._endpoint.address
         overrides = {}
         if cfg.receiver_wal_enabled:
             # A structured stream's blocks are read whenever a query gets to them, from
@@ -206,46 +187,48 @@ class JobScheduler:
             overrides = {
                 s: {"receiver_drain_timeout_s": OFFSET_STREAM_DRAIN_S} for s in graph.structured_ids
             }
-        self.launcher = self._launcher_factory(
+        self.launcher = (launcher_factory or ReceiverLauncher)(
             self._side,
             task_specs(
-                graph.receivers,
-                self._endpoint.address,
-                self._secret,
-                cfg.as_dict(),
-                overrides,
-                app_id=self._side.app_id,
+                graph.receivers, address, secret, cfg.as_dict(), overrides, app_id=self._side.app_id
             ),
             cfg.receiver_restart_delay_ms,
             self.fail,
-            self._clock,
+            clock,
         )
         self.receiver_tracker = ReceiverTracker(
             graph.receivers,
             self.block_tracker,
-            self._bus,
+            bus,
             self.launcher,
             self._outbox,
-            self._clock,
+            clock,
             check_wal_handle=self._check_wal_handle if cfg.receiver_wal_enabled else None,
             restart_policy=RestartPolicy.of(cfg),
             on_fatal=self.fail,
         )
+        self.keepers = BlockKeepers(
+            bus, self._outbox, self.launcher.alive_executors, self.block_tracker.batch_of, clock
+        )
+        self._keeper_starter: KeeperStarter | None = None
+        if graph.receivers:
+            self._keeper_starter = keeper_starter(
+                self._side, graph.receivers, cfg, self.keepers, address, secret
+            )
+        self._offsets = OffsetEndpoint(
+            self.block_tracker.logs,
+            describe_streams({r.stream_id: r for r in graph.receivers}),
+            self._remove_blocks,
+        )
+        self.receiver_metrics = ReceiverMetricsTracker([s.stream_id for s in graph.inputs], clock)
+        self.rate_controllers: dict[int, RateController] = {}
         if cfg.backpressure_enabled:
             self.rate_controllers = rate_controllers_for(
-                graph.batched_ids, cfg, self._interval_ms, self._publish_rate
+                graph.batched_ids, cfg, batch_interval_ms, self._publish_rate
             )
-            for controller in self.rate_controllers.values():
-                self._bus.add(controller)
         self._checkpoints = CheckpointStore(self._layout) if self._layout else None
         self.job_generator = JobGenerator(
-            self._side,
-            self._interval_ms,
-            self.block_tracker,
-            self,
-            self._bus,
-            self._clock,
-            cfg.concurrent_jobs,
+            self._side, batch_interval_ms, self.block_tracker, self, bus, clock, cfg.concurrent_jobs
         )
         self.job_generator.remember_ms = graph.remember_ms
         graph.freeze(
@@ -257,19 +240,36 @@ class JobScheduler:
             (cfg.block_store_budget_bytes, cfg.receiver_wal_enabled),
         )
         # Spark's zeroTime: the batch time before the first batch, kept by a restart.
-        self.job_generator.on_first_batch = lambda t: graph.set_zero_time(t - self._interval_ms)
-        if self._recovery is not None:
-            graph.set_zero_time(zero_time_of(self._recovery))
+        self.job_generator.on_first_batch = lambda t: graph.set_zero_time(t - batch_interval_ms)
+        if recovery is not None:
+            graph.set_zero_time(zero_time_of(recovery))
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first cause the context failed with, if it did."""
+        return self._error
+
+    # --- start ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the parts made at construction, in the documented order; returns at once."""
+        graph, cfg = self._graph, self._config
+        if self._started or self._stopped:
+            msg = "cannot start the job scheduler: it was started or stopped already"
+            raise StateError(msg)
+        self._bus.start()
+        self._endpoint.serve(self._dispatch)
+        for controller in self.rate_controllers.values():
+            controller.start()
+            self._bus.add(controller)
         if self._checkpoints is not None and self._recovery is None:
             self.write_checkpoint(-1, [])
         # First on the bus, before any receiver can register.
         self._bus.post(StreamingStarted(self._clock.get_time_ms()))
         if graph.receivers:
             self.launcher.wait_for_executors()
-            address = self._endpoint.address
-            self._keeper_starter = keeper_starter(
-                self._side, graph.receivers, cfg, self.keepers, address, self._secret
-            )
+            if self._keeper_starter is not None:
+                self._keeper_starter.start()
         if graph.batched_ids:
             self._batches.warm_up(self._network, cfg.warm_up_timeout_s)
         if self._recovery is not None:
@@ -455,13 +455,24 @@ class JobScheduler:
             self._on_failure()
 
     def stop(self, graceful: bool, timeout_ms: int) -> None:
-        """Stop every part in the documented order (see the module doc); once only."""
+        """Stop every part in the documented order (see the module doc); once only.
+
+        A scheduler that never started (or whose start failed before the receivers and
+        the timer) closes what its construction opened: the endpoint, the outbox, the
+        driver WAL.
+        """
         with self._lock:
-            if self._stopped or not self._started:
-                self._stopped = True
+            if self._stopped:
                 return
             self._stopped = True
             self._stopping_at_once = not graceful
+            started = self._started
+        if not started:
+            self._batches.close()
+            if self._keeper_starter is not None:
+                self._keeper_starter.stop()
+            self._close()
+            return
         self._side.cancel_job_group(WARM_UP_JOB_GROUP)
         tracker = self.receiver_tracker
         left_s = self._receiver_start_left_s() if graceful else 0.0
@@ -478,6 +489,10 @@ class JobScheduler:
         self.keepers.release()
         self.launcher.stop(self._config.receiver_stop_timeout_s)
         tracker.stop()
+        self._close()
+
+    def _close(self) -> None:
+        """The last steps of a stop: close the endpoint, the outbox, the WAL, the bus."""
         self._graph.stopped()
         self._endpoint.close()
         self._outbox.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
-from spark_receivers.receivers.line_source import VOCABULARY
+from spark_receivers.receivers.lines import VOCABULARY
 
 
 def generated_line(seq: int, tails: list[str]) -> str:

@@ -117,6 +117,13 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
     covers the command, the data is covered by TLS when on). Messages are decoded
     against ``accepted`` only.
 
+    Made with ``handler=None``, the endpoint is bound (its :attr:`address` is known)
+    but answers no call until :meth:`serve` gives it its handler: a call before that
+    is refused as unavailable, by the transport, and reaches no handler. That is how
+    a part whose address others must know when they are made (the driver's tracker
+    endpoint: the receivers' task specs name it) still never answers before the part
+    that handles its calls exists.
+
     The server binds ``host`` (``0.0.0.0`` binds every interface) on the first
     free port of ``ports`` (inclusive; ``(0, 0)`` or ``port`` for one port) and
     advertises ``advertise_host`` (default ``host``) with that port: that address
@@ -135,7 +142,7 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         host: str,
         secret: str,
         accepted: tuple[type, ...],
-        handler: Handler,
+        handler: Handler | None,
         block_reader: Callable[[bytes], pa.Table] | None = None,
         max_message_bytes: int = 4 * 1024 * 1024,
         port: int = 0,
@@ -149,6 +156,9 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._block_writer = block_writer
         self._accepted = accepted
         self._handler = handler
+        self._serving = threading.Event()
+        if handler is not None:
+            self._serving.set()
         self._block_reader = block_reader
         self._max_message_bytes = max_message_bytes
         if (advertise_host or host) in WILDCARD_HOSTS:
@@ -187,8 +197,19 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._verifier.endpoint = self.address
         self._closed = threading.Event()
 
+    def serve(self, handler: Handler) -> None:
+        """Start answering calls, each control action with ``handler``; once only."""
+        if self._serving.is_set():
+            msg = f"{self._name} is serving already"
+            raise RpcError(msg)
+        self._handler = handler
+        self._serving.set()
+
     def _check(self, context: Any, method: str, name: str, body: bytes) -> None:
-        """Refuse the call unless its token was signed for exactly this call here."""
+        """Refuse the call unless its token was signed for exactly this call here, and serving."""
+        if not self._serving.is_set():
+            msg = f"{self._name} is not serving yet"
+            raise flight.FlightUnavailableError(msg)
         found = context.get_middleware("auth")
         token = found.token if isinstance(found, _CallToken) else None
         reason = self._verifier.verify(token, method, name, body)
@@ -212,8 +233,10 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         except RpcError as e:
             log.warning("%s refused a bad %s message: %s", self._name, kind[:80], e)
             raise flight.FlightServerError(str(e)) from None
+        handler = self._handler
+        assert handler is not None  # _check refuses calls until serve() set it
         try:
-            reply = self._handler(message)
+            reply = handler(message)
         except RpcError as e:
             raise flight.FlightServerError(str(e)) from None
         except Exception as e:

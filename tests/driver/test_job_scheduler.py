@@ -25,9 +25,10 @@ from spark_receivers.driver.observe.listener import (
 )
 from spark_receivers.driver.tracking.receiver_launcher import ReceiverLauncher
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
-from spark_receivers.errors import ReceiverError, StateError
+from spark_receivers.errors import ReceiverError, RpcError, StateError
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.rpc import messages as m
+from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.util.clock import ManualClock
 
 DRIVER = ExecutorCacheTaskLocation("127.0.0.1", "driver")
@@ -264,6 +265,43 @@ def ticking(clock: ManualClock) -> threading.Event:
 
     threading.Thread(target=run, daemon=True).start()
     return done
+
+
+def test_every_part_exists_before_start_and_the_endpoint_answers_only_after_it(world):
+    """Construction makes every part and runs none; start() starts them."""
+    scheduler = world.make()
+    client = EndpointClient(scheduler.status("INITIALIZED").tracker_address or "", "secret")
+    try:
+        status = scheduler.status("INITIALIZED")  # no part is missing before start()
+        assert [(r.stream_id, r.state) for r in status.receivers] == [(0, "INACTIVE")]
+        assert (status.batches_completed, status.records_received) == (0, 0)
+        assert world.rec.log == []  # nothing posted, launched, read or timed
+        # Bound (the receivers' task specs name its address) but answering nothing yet.
+        with pytest.raises(RpcError, match="receiver-tracker is not serving yet"):
+            client.call(m.GetAcceptedPosition(0))
+        scheduler.start()
+        # From start() on, the tracker that exists answers (the played receiver stored
+        # no position, so none was accepted).
+        assert client.call(m.GetAcceptedPosition(0)) is None
+    finally:
+        client.close()
+        scheduler.stop(graceful=False, timeout_ms=0)
+
+
+def test_a_scheduler_never_started_closes_what_it_made_at_stop(world):
+    scheduler = world.make()
+    address = scheduler.status("INITIALIZED").tracker_address or ""
+    scheduler.stop(graceful=False, timeout_ms=0)
+    client = EndpointClient(address, "secret", timeout_s=5)
+    try:
+        with pytest.raises(RpcError):
+            client.ping()
+    finally:
+        client.close()
+    assert scheduler.status("STOPPED").tracker_address is None
+    assert world.rec.log == []
+    with pytest.raises(StateError, match="started or stopped already"):
+        scheduler.start()
 
 
 def test_start_posts_started_warms_up_then_launches_receivers_then_starts_the_timer(world):

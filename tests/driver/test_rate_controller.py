@@ -40,7 +40,7 @@ class Published:
 
 def test_publishes_estimates_capped_at_max_rate():
     published = Published()
-    controller = RateController(0, Recording(5000.0), published, max_rate=1000.0)
+    controller = RateController(0, Recording(5000.0), published, max_rate=1000.0).start()
     controller.on_batch_completed(batch(1000, 100, 1000, 1200))
     published.wait(1)
     controller.stop()
@@ -51,7 +51,7 @@ def test_publishes_estimates_capped_at_max_rate():
 def test_completions_reach_the_estimator_in_batch_order():
     estimator = Recording()
     published = Published()
-    controller = RateController(0, estimator, published)
+    controller = RateController(0, estimator, published).start()
     for t in (1000, 2000, 3000):
         controller.on_batch_submitted(batch(t, 10, t, t))
     controller.on_batch_completed(batch(2000, 20, 2000, 2500))  # held: 1000 is still running
@@ -65,7 +65,7 @@ def test_completions_reach_the_estimator_in_batch_order():
 def test_overlapping_batches_are_charged_their_wall_time():
     estimator = Recording()
     published = Published()
-    controller = RateController(0, estimator, published)
+    controller = RateController(0, estimator, published).start()
     # Two batches ran side by side, each 1000 ms, ending 100 ms apart.
     controller.on_batch_completed(batch(1000, 1000, 1000, 2000))
     controller.on_batch_completed(batch(1100, 1000, 1100, 2100))
@@ -77,7 +77,7 @@ def test_overlapping_batches_are_charged_their_wall_time():
 
 def test_with_the_pid_estimator_the_rate_follows_processing_speed():
     published = Published()
-    controller = RateController(0, PIDRateEstimator(1000), published)
+    controller = RateController(0, PIDRateEstimator(1000), published).start()
     # One batch a second, 1000 records each, each taking 2 s one after the other:
     # the pipeline does 500 records/s and batches queue up.
     for i in range(1, 8):

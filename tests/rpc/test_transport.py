@@ -43,6 +43,27 @@ def test_authenticated_calls_work(endpoint):
     client.close()
 
 
+def test_an_endpoint_made_without_a_handler_answers_nothing_until_it_serves():
+    """Bound (its address known) before its handler exists; no call reaches a handler."""
+    secret = new_secret()
+    seen = []
+    ep = FlightEndpoint("test", "127.0.0.1", secret, m.TRACKER_MESSAGES, None)
+    client = EndpointClient(ep.address, secret)
+    try:
+        with pytest.raises(RpcError, match="test is not serving yet"):
+            client.call(m.ReportError(0, "early", ""))
+        with pytest.raises(RpcError, match="not serving yet"):
+            client.ping()
+        ep.serve(lambda msg: seen.append(msg) or True)
+        assert client.call(m.ReportError(0, "x", "")) is True
+        assert seen == [m.ReportError(0, "x", "")]
+        with pytest.raises(RpcError, match="serving already"):
+            ep.serve(lambda msg: None)
+    finally:
+        client.close()
+        ep.close()
+
+
 def test_unauthenticated_calls_are_refused(endpoint):
     ep, _, seen = endpoint
     raw = flight.FlightClient(f"grpc+tcp://{ep.address}")

@@ -36,8 +36,8 @@ Publish = Callable[[int, float], None]
 class RateController(StreamingListener):
     """Computes and publishes the rate of one input stream.
 
-    ``publish(stream_id, rate)`` runs on the controller's thread. ``latest_rate``
-    is the last published rate (None before the first estimate).
+    ``publish(stream_id, rate)`` runs on the controller's thread, which :meth:`start`
+    starts. ``latest_rate`` is the last published rate (None before the first estimate).
     """
 
     def __init__(
@@ -61,7 +61,11 @@ class RateController(StreamingListener):
         self._thread = threading.Thread(
             target=self._run, name=f"rate-controller-{stream_id}", daemon=True
         )
+
+    def start(self) -> RateController:
+        """Start the thread that computes and publishes the rates; returns ``self``."""
         self._thread.start()
+        return self
 
     # Listener callbacks run on the bus thread: only bookkeeping and a queue put.
 
@@ -87,9 +91,10 @@ class RateController(StreamingListener):
             self._queue.put(done)
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Finish what is queued and stop the thread."""
+        """Finish what is queued and stop the thread (if it was started)."""
         self._queue.put(None)
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         while True:

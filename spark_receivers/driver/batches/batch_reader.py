@@ -189,6 +189,7 @@ class BatchReader:
         lost_block_policy: str = "fail",
         tls: TlsConfig | None = None,
         rows_per_read_task: int = 0,
+        tracker: str | None = None,
     ) -> None:
         self._spark = spark
         self._side = spark_side(spark)
@@ -199,7 +200,7 @@ class BatchReader:
         self._cache = cache
         self._lost_block_policy = lost_block_policy
         self._tls = tls
-        self.tracker: str | None = None
+        self.tracker = tracker
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
         self._lock = threading.Lock()
         self._empty: dict[int, DataFrame] = {}

@@ -265,7 +265,7 @@ def keeper_starter(
     tracker_address: str,
     secret: str,
 ) -> KeeperStarter | None:
-    """A started :class:`KeeperStarter` when some receiver keeps replicas on a cluster.
+    """A :class:`KeeperStarter` (not started) when some receiver keeps replicas on a cluster.
 
     None in local mode (one executor: no other to copy to), with block keepers
     off, with the receiver WAL on (one copy, as in Spark), or when every
@@ -282,13 +282,11 @@ def keeper_starter(
         return None
     spec = KeeperTaskSpec(tracker_address, secret, config.as_dict())
     group = f"spark-receivers-{side.app_id}-block-keepers"
-    starter = KeeperStarter(
+    return KeeperStarter(
         keepers,
         lambda: alive_executors(side),
         lambda missing: start_keepers(side, missing, spec, group),
     )
-    starter.start()
-    return starter
 
 
 def start_keepers(

@@ -1,23 +1,19 @@
-"""The benchmark load generator: exact counts, fixed-size lines, ordered sequence numbers."""
+"""The line server of the demo and the benchmarks: exact counts, fixed-size lines, in order."""
 
 from __future__ import annotations
 
 import socket
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
-# bench/ is a top-level directory of the repository, not part of the installed package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.loadgen import (
+from spark_receivers.errors import ConfigError, StateError
+from spark_receivers.receivers.line_source import LineSource, LineSourceState
+from spark_receivers.receivers.lines import (
     BLOCK_LINES,
     LINE_BYTES,
+    LINE_WORDS,
     LinePool,
-    LineServer,
-    LineServerState,
     parse_seq,
 )
 
@@ -29,7 +25,7 @@ def read_all(port: int) -> list[bytes]:
         return list(f)
 
 
-def read_window(server: LineServer) -> list[bytes]:
+def read_window(server: LineSource) -> list[bytes]:
     """Read every line ``server`` sends in its window, on another thread, until it finishes."""
     result: list[list[bytes]] = []
     reader = threading.Thread(target=lambda: result.append(read_all(server.port)))
@@ -59,7 +55,7 @@ def test_pool_lines_are_fixed_size_words_from_the_vocabulary():
 
 
 def test_paced_rate_sends_exact_counts_in_order():
-    with LineServer(rate=10_000, seconds=1.0) as server:
+    with LineSource(rate=10_000, seconds=1.0) as server:
         lines = read_window(server)
     info = server.info()
     assert info.error is None and info.connections == 1 and not info.torn_line
@@ -75,7 +71,7 @@ def test_paced_rate_sends_exact_counts_in_order():
 
 
 def test_flat_out_crosses_blocks_and_counts_exactly():
-    with LineServer(rate=None, seconds=0.3) as server:
+    with LineSource(rate=None, seconds=0.3) as server:
         lines = read_window(server)
     info = server.info()
     assert info.lines_sent > 2 * BLOCK_LINES
@@ -85,7 +81,7 @@ def test_flat_out_crosses_blocks_and_counts_exactly():
 def test_slow_reader_pushes_back_and_counts_only_whole_lines():
     # A client that reads nothing until the window closes: the kernel buffers fill, the
     # server stops short of rate * seconds, and what it counts is exactly what arrives.
-    with LineServer(rate=2_000_000, seconds=0.5, close_grace_s=0.1) as server:
+    with LineSource(rate=2_000_000, seconds=0.5, close_grace_s=0.1) as server:
         s = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
         assert server.wait_finished(WAIT_S)
         with s, s.makefile("rb") as f:
@@ -99,10 +95,10 @@ def test_slow_reader_pushes_back_and_counts_only_whole_lines():
 
 
 def test_no_client_finishes_with_an_error_and_stop_is_idempotent():
-    server = LineServer(rate=1000, seconds=1.0, accept_timeout_s=0.2).start()
+    server = LineSource(rate=1000, seconds=1.0, accept_timeout_s=0.2).start()
     assert not server.wait_connected(WAIT_S)
     assert server.wait_finished(WAIT_S)
-    assert server.state is LineServerState.FINISHED
+    assert server.state is LineSourceState.FINISHED
     assert "no client connected" in (server.info().error or "")
     server.stop()
     server.stop()
@@ -111,7 +107,7 @@ def test_no_client_finishes_with_an_error_and_stop_is_idempotent():
 
 
 def test_stop_ends_the_window_early():
-    with LineServer(rate=1000, seconds=600) as server:
+    with LineSource(rate=1000, seconds=600) as server:
         s = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
         assert server.wait_connected(WAIT_S)
         server.stop()
@@ -127,12 +123,12 @@ def test_stop_ends_the_window_early():
 )
 def test_invalid_config_names_the_key(kwargs):
     with pytest.raises(ValueError, match=r"rate|seconds"):
-        LineServer(**kwargs)
+        LineSource(**kwargs)
 
 
 def test_stepped_rates_split_the_stream_by_step():
     steps = [(2_000, 0.5), (20_000, 0.5)]
-    with LineServer.stepped(steps) as server:
+    with LineSource.stepped(steps) as server:
         lines = read_window(server)
     info = server.info()
     assert info.error is None and info.seconds == 1.0
@@ -160,4 +156,29 @@ def test_stepped_rates_split_the_stream_by_step():
 )
 def test_invalid_steps_are_refused(kwargs):
     with pytest.raises(ValueError, match="step"):
-        LineServer(**kwargs)
+        LineSource(**kwargs)
+
+
+def test_an_open_ended_source_serves_the_words_given_until_finished():
+    """The demo's use: no window, its own words, every line counted when it finishes."""
+    with LineSource(rate=20_000, words=LINE_WORDS) as source:
+        s = socket.create_connection((source.host, source.port), timeout=WAIT_S)
+        with s, s.makefile("rb") as f:
+            first = [f.readline() for _ in range(3_000)]  # past a few ticks of the pacing
+            assert source.lines_sent >= 3_000
+            sent = source.finish()
+            lines = first + list(f)
+    assert source.state is LineSourceState.FINISHED and source.info().error is None
+    check_stream(lines, sent)
+    vocabulary = set(LINE_WORDS)
+    assert all(set(line.decode().split()[1:]) <= vocabulary for line in lines)
+    with pytest.raises(StateError, match="keeps no send times"):
+        source.send_time_of(0)
+
+
+def test_words_must_end_every_line_at_its_size():
+    words = ["spark", "stream", "block", "driver", "receiver", "partition", "log", "rate"]
+    words.append("shuffle")
+    with pytest.raises(ConfigError, match="none of \\[2\\]"):
+        LinePool(words=words)  # nothing of 2 letters: a line 3 bytes short could not end
+    assert len(LinePool(words=[*words, "io"]).line(7)) == LINE_BYTES
