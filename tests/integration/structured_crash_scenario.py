@@ -28,6 +28,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from processes import load_chaos_harness
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.state import GroupStateTimeout
+from queries import start_query
 
 from spark_receivers import StreamingConfig, StreamingContext
 
@@ -101,14 +102,14 @@ def main() -> int:
     counted = keyed.groupBy("key").applyInPandasWithState(
         running_count, "seq long, key long, n long", "n long", "append", GroupStateTimeout.NoTimeout
     )
-    query = (
+    writer = (
         counted.writeStream.format("parquet")
         .outputMode("append")
         .option("path", args.sink)
         .option("checkpointLocation", args.sql_checkpoint)
         .trigger(processingTime="1 second")
-        .start()
     )
+    query = start_query(writer.start)
     print("STARTED", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

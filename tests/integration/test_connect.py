@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from queries import start_query
 
 from spark_receivers import GeneratorReceiver, LineSource, SocketTextReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
@@ -233,13 +234,13 @@ def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(
     ssc.start()
     query = None
     try:
-        query = (
+        writer = (
             stream.read_stream(max_records_per_trigger=250)
             .writeStream.format("memory")  # a table on the server that this session reads
             .queryName("connect_structured")
             .trigger(processingTime="500 milliseconds")
-            .start()
         )
+        query = start_query(writer.start)
         table = "connect_structured"
 
         def counted() -> int:

@@ -21,6 +21,7 @@ import pytest
 from processes import kill_session, load_chaos_harness
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
+from queries import start_query
 
 from spark_receivers import GeneratorReceiver, Receiver, StreamingContext
 from spark_receivers.errors import AuthenticationError, ConfigError, RpcError
@@ -111,14 +112,14 @@ def test_windowed_aggregation_with_a_watermark_equals_the_batch_result(spark, tm
         with pytest.raises(ConfigError, match=r"read_stream\(\) of structured stream \d+ was"):
             stream.read_stream()
         out = str(tmp_path / "out")
-        query = (
+        writer = (
             counts.writeStream.outputMode("append")
             .format("parquet")
             .option("path", out)
             .option("checkpointLocation", str(tmp_path / "sql-checkpoint"))
             .trigger(processingTime="500 milliseconds")
-            .start()
         )
+        query = start_query(writer.start)
         batch = spark.createDataFrame(
             [(dt.datetime.fromtimestamp(t / 1000, dt.UTC), k) for t, k in events],
             "ts timestamp, key string",
@@ -176,13 +177,13 @@ def test_state_by_key_with_apply_in_pandas_with_state_counts_every_event_once(sp
                 count_per_key, "key string, n long", "n long", "update", GroupStateTimeout.NoTimeout
             )
         )
-        query = (
+        writer = (
             counts.writeStream.foreachBatch(keep)
             .outputMode("update")
             .option("checkpointLocation", str(tmp_path / "sql-checkpoint"))
             .trigger(processingTime="500 milliseconds")
-            .start()
         )
+        query = start_query(writer.start)
         want = dict(Counter(k for _, k in events))
         wait_until(lambda: dict(latest) == want, 150, "every event counted", query)
         assert query.exception() is None
@@ -199,13 +200,13 @@ def test_max_records_per_trigger_is_respected_and_every_record_is_read_once(spar
     ssc.start()
     query = None
     try:
-        query = (
+        writer = (
             stream.read_stream(max_records_per_trigger=limit)
             .writeStream.format("memory")
             .queryName("limited")
             .trigger(processingTime="200 milliseconds")
-            .start()
         )
+        query = start_query(writer.start)
         count = lambda: spark.sql("SELECT count(*) AS n FROM limited").collect()[0].n  # noqa: E731
         wait_until(lambda: count() >= total, 150, f"{total} records", query)
         query.processAllAvailable()
