@@ -69,6 +69,23 @@ def _wait_stored(sup: Any, n: int) -> None:
         time.sleep(0.005)  # a file or another process feeds it: nothing to wait on (bench)
 
 
+def _cpu_to_store(sup: Any, n: int, feed: Any) -> float:
+    """This process's CPU seconds from ``feed()`` (which hands the source its lines) until
+    ``sup`` stored ``n`` records; then the supervisor is stopped."""
+    try:
+        t0 = time.process_time()
+        feed()
+        _wait_stored(sup, n)
+        return time.process_time() - t0
+    finally:
+        sup.stop("benchmark over")
+
+
+def _feeder(cmd: list[str]) -> Any:
+    """A ``feed`` that runs a child process (the source's client) to its end."""
+    return lambda: subprocess.run(cmd, check=True, timeout=WAIT_S)
+
+
 def _file_tail(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
     from spark_receivers.receivers.file_tail import FileTailReceiver
 
@@ -84,13 +101,7 @@ def _file_tail(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
         )
         sup = _supervised(receiver, driver, secret)
         sup.start()
-        try:
-            t0 = time.process_time()
-            os.link(staged, os.path.join(followed, "app.log"))
-            _wait_stored(sup, n)
-            return time.process_time() - t0
-        finally:
-            sup.stop("benchmark over")
+        return _cpu_to_store(sup, n, lambda: os.link(staged, os.path.join(followed, "app.log")))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -119,17 +130,11 @@ def _http_lines(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
     receiver = HttpReceiver("127.0.0.1", 0, idempotency_window_s=0, storage_level="MEMORY_AND_DISK")
     sup = _supervised(receiver, driver, secret)
     sup.start()
-    try:
-        deadline = time.monotonic() + 30
-        while receiver.bound_port is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        cmd = [sys.executable, "-c", _POSTER, "127.0.0.1", str(receiver.bound_port)]
-        t0 = time.process_time()
-        subprocess.run([*cmd, str(n), str(BODY_LINES), str(LINE_BYTES)], check=True, timeout=WAIT_S)
-        _wait_stored(sup, n)
-        return time.process_time() - t0
-    finally:
-        sup.stop("benchmark over")
+    deadline = time.monotonic() + 30
+    while receiver.bound_port is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    cmd = [sys.executable, "-c", _POSTER, "127.0.0.1", str(receiver.bound_port)]
+    return _cpu_to_store(sup, n, _feeder([*cmd, str(n), str(BODY_LINES), str(LINE_BYTES)]))
 
 
 _ADDER = """
@@ -165,14 +170,8 @@ def _redis(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
         while not _ping(port) and time.monotonic() < deadline:
             time.sleep(0.05)
         sup.start()
-        try:
-            cmd = [sys.executable, "-c", _ADDER, str(port), str(n), str(LINE_BYTES - 1)]
-            t0 = time.process_time()
-            subprocess.run(cmd, check=True, timeout=WAIT_S)
-            _wait_stored(sup, n)
-            return time.process_time() - t0
-        finally:
-            sup.stop("benchmark over")
+        cmd = [sys.executable, "-c", _ADDER, str(port), str(n), str(LINE_BYTES - 1)]
+        return _cpu_to_store(sup, n, _feeder(cmd))
     finally:
         server.terminate()
         server.wait(10)
@@ -235,13 +234,11 @@ def _mqtt(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
         sup.start()
         try:
             receiver.wait_subscribed(30)
-            cmd = [sys.executable, "-c", _PUBLISHER, str(port), str(n), str(LINE_BYTES - 1)]
-            t0 = time.process_time()
-            subprocess.run(cmd, check=True, timeout=WAIT_S)
-            _wait_stored(sup, n)
-            return time.process_time() - t0
-        finally:
+        except BaseException:
             sup.stop("benchmark over")
+            raise
+        cmd = [sys.executable, "-c", _PUBLISHER, str(port), str(n), str(LINE_BYTES - 1)]
+        return _cpu_to_store(sup, n, _feeder(cmd))
     finally:
         server.terminate()
         server.wait(10)
