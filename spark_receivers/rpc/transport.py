@@ -206,10 +206,11 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
         self._serving.set()
 
     def _check(self, context: Any, method: str, name: str, body: bytes) -> None:
-        """Refuse the call unless its token was signed for exactly this call here, and serving."""
-        if not self._serving.is_set():
-            msg = f"{self._name} is not serving yet"
-            raise flight.FlightUnavailableError(msg)
+        """Refuse the call unless its token was signed for exactly this call here, and serving.
+
+        Authentication first: a client without the secret learns nothing, not even
+        whether the endpoint serves yet.
+        """
         found = context.get_middleware("auth")
         token = found.token if isinstance(found, _CallToken) else None
         reason = self._verifier.verify(token, method, name, body)
@@ -217,6 +218,9 @@ class FlightEndpoint(flight.FlightServerBase):  # type: ignore[misc]
             log.warning("%s refused a %s %s call: %s", self._name, method, name[:80], reason)
             msg = f"{self._name}: {reason}"
             raise flight.FlightUnauthenticatedError(msg)
+        if not self._serving.is_set():
+            msg = f"{self._name} is not serving yet"
+            raise flight.FlightUnavailableError(msg)
 
     @property
     def address(self) -> str:

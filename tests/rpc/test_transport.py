@@ -54,6 +54,11 @@ def test_an_endpoint_made_without_a_handler_answers_nothing_until_it_serves():
             client.call(m.ReportError(0, "early", ""))
         with pytest.raises(RpcError, match="not serving yet"):
             client.ping()
+        # Without the secret: refused as unauthenticated, before anything else is said.
+        stranger = EndpointClient(ep.address, new_secret())
+        with pytest.raises(AuthenticationError, match="wrong credentials"):
+            stranger.call(m.ReportError(0, "early", ""))
+        stranger.close()
         ep.serve(lambda msg: seen.append(msg) or True)
         assert client.call(m.ReportError(0, "x", "")) is True
         assert seen == [m.ReportError(0, "x", "")]
