@@ -238,6 +238,27 @@ def _read_lines_sent() -> int | None:
     return int(json.loads(line)["lines_sent"])
 
 
+_BATCH_RECORD: Callable[[Any, int, float], None] | None = None
+
+
+def set_batch_record(record: Callable[[Any, int, float], None]) -> None:
+    """Give :func:`count_lines_of_batch` the running child's ``record(time, lines, started)``."""
+    global _BATCH_RECORD  # one system's run per child process
+    _BATCH_RECORD = record
+
+
+def count_lines_of_batch(t: Any, rdd: Any) -> None:
+    """A DStream ``foreachRDD`` function counting a batch's lines into the child's record.
+
+    A function of an importable module: DStream checkpointing (the windowed run) pickles
+    every ``foreachRDD`` function, and cloudpickle pickles this one by its name, where a
+    closure over the recorder (it holds a lock), or a function of ``__main__``, cannot be.
+    """
+    started = time.monotonic()
+    assert _BATCH_RECORD is not None
+    _BATCH_RECORD(t, rdd.count(), started)
+
+
 def child_main(pipelines: Mapping[str, Pipeline], argv: list[str] | None = None) -> int:
     """Run one step for ``args.system`` from ``pipelines`` and print the result line."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -38,6 +38,8 @@ from bench.child import (
     Pipeline,
     Stop,
     child_main,
+    count_lines_of_batch,
+    set_batch_record,
     spark_conf,
     warmup_lines,
 )
@@ -131,12 +133,8 @@ def _dstream(args: ChildArgs, recorder: BatchRecorder) -> Stop:
 
     checkpoint = None
     if args.ingest_only or args.windowed:
-
-        def count_lines(t: dt.datetime, rdd: Any) -> None:
-            started = time.monotonic()
-            record(t, rdd.count(), started)
-
-        lines.foreachRDD(count_lines)
+        set_batch_record(record)
+        lines.foreachRDD(count_lines_of_batch)
     if args.windowed:
         checkpoint = tempfile.mkdtemp(prefix="bench-dstream-")
         ssc.checkpoint(checkpoint)  # reduceByKeyAndWindow with an inverse needs one
