@@ -13,7 +13,7 @@ import threading
 import pandas as pd
 import pytest
 from pyspark import cloudpickle
-from windows_harness import LineFeed, Rounds
+from windows_harness import LineFeed, drive
 
 from spark_receivers import ConfigError, StreamingConfig, StreamingContext
 from spark_receivers.receivers import SocketTextReceiver
@@ -100,14 +100,7 @@ def run_rounds(spark, build) -> StreamingContext:
             lambda df: df.withColumnRenamed("value", "key")
         )
     )
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        for lines in ROUNDS:
-            rounds.run(lines)
-    finally:
-        ssc.stop(graceful=False)
-        feed.close()
+    drive(ssc, clock, feed, ROUNDS)
     return ssc
 
 
@@ -203,12 +196,7 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
     first_run, second_run = ROUNDS[:5], ROUNDS[5:]
     clock = ManualClock(START)
     ssc = StreamingContext.get_or_create(checkpoint, create(clock))
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        last = [rounds.run(lines) for lines in first_run][-1]
-    finally:
-        ssc.stop(graceful=False)  # the driver goes away after batch 105_000
+    last = drive(ssc, clock, feed, first_run, close_feed=False)[-1]  # then the driver goes
     assert last == 105_000
     progress = {p.batch_time_ms: p.to_dict() for p in ssc.recent_progress}
     for t in (102_000, 104_000):  # saved at these batches, with the bytes it took
@@ -227,14 +215,7 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
     clock = ManualClock(last + 500)
     ssc = StreamingContext.get_or_create(checkpoint, create(clock))
     assert ssc.recovered_from_checkpoint
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        for lines in second_run:
-            rounds.run(lines)
-    finally:
-        ssc.stop(graceful=False)
-        feed.close()
+    drive(ssc, clock, feed, second_run)
     assert sorted(states.by_time.items()) == reference(ROUNDS)
     assert sorted(mapped.by_time.items()) == [(t, m) for t, m, _ in mapped_reference(ROUNDS)]
     # The restarted driver loaded the state of 104_000 and computed 105_000 again from

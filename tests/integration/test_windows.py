@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 from pyspark import cloudpickle
-from windows_harness import LineFeed, Rounds
+from windows_harness import LineFeed, drive
 
 from spark_receivers import ConfigError, StreamingContext
 from spark_receivers.receivers import SocketTextReceiver
@@ -54,13 +54,7 @@ def test_window_holds_the_batches_of_its_length_at_each_slide(spark):
     batches, windows = Collect(), Collect()
     lines.foreach_batch(batches)
     lines.window(3 * INTERVAL, 2 * INTERVAL).foreach_batch(windows)
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        times = [rounds.run(lines_) for lines_ in _rounds(8)]
-    finally:
-        ssc.stop(graceful=False)
-        feed.close()
+    times = drive(ssc, clock, feed, _rounds(8))
     assert times[0] == 101_000
     # Spark's WindowedDStream: fires where (t - zeroTime) is a multiple of the slide,
     # zeroTime being the batch time before the first batch; holds (t - length, t].
@@ -90,13 +84,7 @@ def test_reduce_by_key_and_window_incremental_equals_full_recompute(spark):
         full
     )
     lines.count_by_window(length, slide).foreach_batch(counts)
-    ssc.start()
-    try:
-        rounds = Rounds(ssc, clock, feed)
-        times = [rounds.run(lines_) for lines_ in [*_rounds(7), [], [], []]]
-    finally:
-        ssc.stop(graceful=False)
-        feed.close()
+    times = drive(ssc, clock, feed, [*_rounds(7), [], [], []])
     assert sorted(incremental.by_time) == times
     for t in times:
         recomputed = {k: v for k, v in full.by_time[t]}

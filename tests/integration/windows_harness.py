@@ -81,3 +81,23 @@ class Rounds:
         failure = self.ssc.status().failure
         assert failure is None, failure
         return t
+
+
+def drive(
+    ssc: StreamingContext,
+    clock: ManualClock,
+    feed: LineFeed,
+    rounds: Sequence[Sequence[str]],
+    *,
+    close_feed: bool = True,
+) -> list[int]:
+    """Start ``ssc``, run one batch per round of lines, stop it (and close the feed unless
+    a restarted driver reads it next); the batch times."""
+    ssc.start()
+    try:
+        runner = Rounds(ssc, clock, feed)
+        return [runner.run(lines) for lines in rounds]
+    finally:
+        ssc.stop(graceful=False)
+        if close_feed:
+            feed.close()
