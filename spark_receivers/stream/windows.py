@@ -21,7 +21,6 @@ slide and the checkpoint interval for an incremental reduce), as Spark's
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.stream import DataFrameStream, describe
+from spark_receivers.stream.keyed_reduce import combine, partials_of_partition, reduce_by_key
 from spark_receivers.stream.stats import StateStats, ms_since
 
 if TYPE_CHECKING:
@@ -173,6 +173,8 @@ class ReducedWindowedStream(DataFrameStream):
         self.states_computed = 0
         """Slides whose state was computed (not loaded): for tests and progress."""
         self._stats: dict[int, StateStats] = {}
+        self._slides: dict[int, pd.Series] = {}
+        """Each slide's values reduced, by the slide's end time, while it is in the window."""
 
     def checkpoint(self, interval_ms: int) -> ReducedWindowedStream:
         """Save the state every ``interval_ms`` (a multiple of the slide); return this stream.
@@ -212,18 +214,17 @@ class ReducedWindowedStream(DataFrameStream):
     def _compute(self, batch_time_ms: int) -> DataFrame:
         if self._inv_fn is None:
             times = self.graph.batch_times(batch_time_ms - self.length_ms, batch_time_ms)
-            return self._reduce_in_spark(times, batch_time_ms)
-        state = self.state_at(batch_time_ms, batch_time_ms)
-        import pandas as pd
-
+            state = self._reduce(times, batch_time_ms)
+        else:
+            state = self.state_at(batch_time_ms, batch_time_ms)
         assert self._schema is not None
-        pdf = pd.DataFrame({self.key: state.index.to_list(), self.value: state.to_list()})
-        return self.graph.spark.createDataFrame(pdf, self._schema)
+        table = self._to_table(state, (self.key, self.value))
+        return self.graph.spark.createDataFrame(table, self._schema)
 
-    def _reduce_in_spark(self, times: Sequence[int], now_ms: int) -> DataFrame:
-        """The window's rows reduced by key, in Spark (one row per key)."""
+    def _frame(self, times: Sequence[int], now_ms: int) -> DataFrame:
+        """The ``key`` and ``value`` columns of the batches at ``times``, checked."""
         assert self._parent is not None
-        key, value, fn = self.key, self.value, self._reduce_fn
+        key, value = self.key, self.value
         df = self._parent._window_frame(times, now_ms)
         missing = [c for c in (key, value) if c not in df.columns]
         if missing:
@@ -236,22 +237,40 @@ class ReducedWindowedStream(DataFrameStream):
         df = df.select(key, value)
         if self._schema is None:
             self._schema = df.schema
+        return df
 
-        def fold(pdf: pd.DataFrame) -> pd.DataFrame:
-            import pandas as pd
+    def _reduce(self, times: Sequence[int], now_ms: int) -> pd.Series:
+        """The values by key of the batches at ``times``, reduced: one Spark stage.
 
-            reduced = functools.reduce(fn, pdf[value].tolist())
-            return pd.DataFrame({key: [pdf[key].iloc[0]], value: [reduced]})
-
-        return df.groupBy(key).applyInPandas(fold, df.schema)
-
-    def _reduce_slide(self, times: Sequence[int], now_ms: int) -> pd.Series:
+        Each partition reduces its rows to one per key in its task (``mapInArrow``, no
+        shuffle); the driver combines the partitions' partials (:mod:`.keyed_reduce`).
+        """
         import pandas as pd
 
+        df = self._frame(times, now_ms)
         if not times:
             return pd.Series([], dtype=object)
-        pdf: Any = self._reduce_in_spark(times, now_ms).toPandas()
-        return pd.Series(pdf[self.value].to_list(), index=pdf[self.key].to_list(), dtype=object)
+        partials = partials_of_partition(self._reduce_fn, self.key, self.value)
+        table = df.mapInArrow(partials, df.schema).toArrow()
+        keys, values = (_series(table.column(c)) for c in (self.key, self.value))
+        return reduce_by_key(self._reduce_fn, keys, values)
+
+    def _slide_values(self, end_ms: int, now_ms: int) -> pd.Series:
+        """The values of the slide that ends at ``end_ms``, reduced once and kept.
+
+        A slide is reduced when it comes into the window and kept until it leaves, so the
+        slide that leaves costs no Spark job (after a driver restart, the slides of the
+        window are read again from their blocks, which are kept that long).
+        """
+        import pandas as pd
+
+        values = self._slides.get(end_ms)
+        if values is None:
+            times = self.graph.batch_times(end_ms - self.slide_ms, end_ms)
+            if not times:  # before the first batch: nothing to read
+                return pd.Series([], dtype=object)
+            values = self._slides[end_ms] = self._reduce(times, now_ms)
+        return values
 
     def state_at(self, batch_time_ms: int, now_ms: int) -> pd.Series:
         """The reduced values by key of the window at ``batch_time_ms`` (a slide time)."""
@@ -260,6 +279,8 @@ class ReducedWindowedStream(DataFrameStream):
         zero = self.graph.zero_time_ms
         store = self.graph.state_store()
         with self._state_lock:
+            if self._schema is None:  # the types of the state's table and frame
+                self._frame([], now_ms)
             # Go back to a state known in memory or saved, or to the start of the run.
             t = batch_time_ms
             base: pd.Series | None = None
@@ -289,8 +310,8 @@ class ReducedWindowedStream(DataFrameStream):
                 del self._states[old]
             for old in [x for x in self._stats if x < batch_time_ms - self._remember_ms()]:
                 del self._stats[old]
-            if self._schema is None:  # a state loaded from the checkpoint, nothing read yet
-                self._reduce_in_spark([], now_ms)
+            for old in [x for x in self._slides if x <= batch_time_ms - self.length_ms]:
+                del self._slides[old]
             return state
 
     def stats(self, batch_time_ms: int) -> StateStats | None:
@@ -307,29 +328,33 @@ class ReducedWindowedStream(DataFrameStream):
         import pandas as pd
 
         assert self._inv_fn is not None
-        batch_times = self.graph.batch_times
-        new = self._reduce_slide(batch_times(t - self.slide_ms, t), now_ms)
-        old = self._reduce_slide(
-            batch_times(t - self.slide_ms - self.length_ms, t - self.length_ms), now_ms
-        )
+        new = self._slide_values(t, now_ms)
+        old = self._slide_values(t - self.length_ms, now_ms)
         state = prev.copy()
         leaving = old[old.index.isin(state.index)]
         if len(leaving):
-            state.loc[leaving.index] = self._inv_fn(state.loc[leaving.index], leaving)
+            before = state.loc[leaving.index]
+            state.loc[leaving.index] = combine(self._inv_fn, before, leaving).to_numpy()
         again = new[new.index.isin(state.index)]
         if len(again):
-            state.loc[again.index] = self._reduce_fn(state.loc[again.index], again)
+            before = state.loc[again.index]
+            state.loc[again.index] = combine(self._reduce_fn, before, again).to_numpy()
         fresh = new[~new.index.isin(state.index)]
         if len(fresh):
-            state = fresh if not len(state) else pd.concat([state, fresh])
+            state = fresh.astype(object) if not len(state) else pd.concat([state, fresh])
         if self._filter_fn is not None and len(state):
             state = state[self._filter_fn(state).astype(bool)]
         return state
 
-    def _to_table(self, state: pd.Series) -> Any:
+    def _to_table(self, state: pd.Series, names: tuple[str, str] = ("key", "value")) -> Any:
+        """The state as an Arrow table of the Spark schema's types (checkpoint: key, value)."""
         import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-        return pa.table({"key": pa.array(state.index.to_list()), "value": state.to_list()})
+        assert self._schema is not None
+        types = [f.type for f in to_arrow_schema(self._schema)]
+        keys = pa.array(state.index.to_list(), type=types[0])
+        return pa.table([keys, pa.array(state.to_list(), type=types[1])], names=list(names))
 
     @staticmethod
     def _from_table(table: Any) -> pd.Series:
@@ -338,3 +363,12 @@ class ReducedWindowedStream(DataFrameStream):
         return pd.Series(
             table.column("value").to_pylist(), index=table.column("key").to_pylist(), dtype=object
         )
+
+
+def _series(column: Any) -> pd.Series:
+    """An Arrow column as pandas values: Python objects when it has nulls (ints stay ints)."""
+    import pandas as pd
+
+    if column.null_count:
+        return pd.Series(column.to_pylist(), dtype=object)
+    return column.to_pandas()

@@ -6,6 +6,7 @@ state the stream gives after every batch is checked against one computed here.
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -79,6 +80,18 @@ def mapped_reference(rounds, timeout_ms=None):
             updated[k] = t
             mapped.append((k, state[k], "seen"))
         out.append((t, sorted(mapped), dict(state)))
+    return out
+
+
+def windowed_reference(rounds, length):
+    """What reduce_by_key_and_window(add, sub, length batches) gives after every batch: each
+    word seen so far with its count in the last ``length`` rounds (a word whose count fell
+    to 0 stays, as in Spark without a filter)."""
+    out = []
+    for i in range(len(rounds)):
+        seen = {k for r in rounds[: i + 1] for k in r}
+        inside = [k for r in rounds[max(0, i + 1 - length) : i + 1] for k in r]
+        out.append((101_000 + i * INTERVAL, {k: inside.count(k) for k in seen}))
     return out
 
 
@@ -167,7 +180,7 @@ def test_map_with_state_maps_only_keys_with_rows_and_calls_a_timing_out_key_once
 def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_path):
     checkpoint = str(tmp_path / "checkpoint")
     feed = LineFeed()
-    states, mapped = States(), Mapped()
+    states, mapped, windowed = States(), Mapped(), States()
     made: list = []
 
     def create(clock):
@@ -189,6 +202,10 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
             words.map_with_state(running_count, "key", "key string, n bigint", out).checkpoint(
                 2 * INTERVAL
             ).foreach_batch(mapped)
+            counts = words.transform(lambda df: df.selectExpr("key", "1L AS n"))
+            counts.reduce_by_key_and_window(
+                operator.add, operator.sub, 3 * INTERVAL, key="key", value="n"
+            ).checkpoint(2 * INTERVAL).foreach_batch(windowed)
             return ssc
 
         return make
@@ -201,13 +218,16 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
     progress = {p.batch_time_ms: p.to_dict() for p in ssc.recent_progress}
     for t in (102_000, 104_000):  # saved at these batches, with the bytes it took
         ops = progress[t]["stateOperators"]
-        assert [o["operatorName"] for o in ops] == ["update_state_by_key", "map_with_state"]
+        assert [o["operatorName"] for o in ops] == [
+            "update_state_by_key",
+            "map_with_state",
+            "reduce_by_key_and_window",
+        ]
         assert all(o["customMetrics"]["savedBytes"] > 0 for o in ops), ops
-    assert [o["customMetrics"]["savedBytes"] for o in progress[103_000]["stateOperators"]] == [
-        0,
-        0,
-    ]
-    for name in ("window-0", "window-1"):  # update_state_by_key's, map_with_state's
+    saved_at_103 = [o["customMetrics"]["savedBytes"] for o in progress[103_000]["stateOperators"]]
+    assert saved_at_103 == [0, 0, 0]
+    # update_state_by_key's, map_with_state's, reduce_by_key_and_window's
+    for name in ("window-0", "window-1", "window-2"):
         saved = sorted(os.listdir(os.path.join(checkpoint, "state", name)))
         assert saved == ["state-102000.arrow", "state-104000.arrow"]  # every 2 batches
 
@@ -218,6 +238,9 @@ def test_state_after_a_driver_restart_equals_an_uninterrupted_run(spark, tmp_pat
     drive(ssc, clock, feed, second_run)
     assert sorted(states.by_time.items()) == reference(ROUNDS)
     assert sorted(mapped.by_time.items()) == [(t, m) for t, m, _ in mapped_reference(ROUNDS)]
+    # The window's state was loaded at 104_000 too; its slides at 105_000 (the new one and
+    # the one leaving, 102_000) were read again from their blocks.
+    assert sorted(windowed.by_time.items()) == windowed_reference(ROUNDS, 3)
     # The restarted driver loaded the state of 104_000 and computed 105_000 again from
     # its blocks (read back from the receiver WAL), then one batch at a time.
     assert made[1].computed == [105_000, 106_000, 107_000, 108_000, 109_000, 110_000]
