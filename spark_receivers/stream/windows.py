@@ -117,10 +117,15 @@ class ReducedWindowedStream(DataFrameStream):
     """Per key, the values of a window reduced, at each slide: Spark's ``reduceByKeyAndWindow``.
 
     ``reduce_fn(a, b)`` combines two values of ``value`` (associative and commutative);
-    ``inv_reduce_fn(a, b)`` undoes it (``a - b`` for a sum). Both are given scalars and,
-    on the driver, pandas Series aligned by key, so write them with operators
-    (``operator.add``, ``operator.sub``). The batch at each slide has the columns
-    ``key`` and ``value``.
+    ``inv_reduce_fn(a, b)`` undoes it (``a - b`` for a sum). Both are given pandas
+    Series aligned by key (functions written with operators, ``operator.add``,
+    ``operator.sub``, are called once per round of pairs: :mod:`.keyed_reduce`), or
+    scalars, pair by pair, when a function does not work on Series (``max``). The batch
+    at each slide has the columns ``key`` and ``value``.
+
+    A slide is reduced in one Spark stage without a shuffle (each partition by key in
+    its task, the partials combined here) and its reduced values are kept until it
+    leaves the window, so the slide that leaves costs no Spark job.
 
     Without ``inv_reduce_fn`` every slide reduces its whole window again. With it, as
     Spark's ``ReducedWindowedDStream`` does, a slide's result is the previous one, with
