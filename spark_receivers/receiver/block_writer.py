@@ -36,7 +36,6 @@ from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, split
 from spark_receivers.receiver.block import Block
 from spark_receivers.receiver.block_handler import BlockStoreResult, ReceivedBlockHandler
 from spark_receivers.receiver.block_reporter import BlockReporter
-from spark_receivers.receiver.receiver import POSITION_KEY
 from spark_receivers.receiver.schema import records_to_table
 from spark_receivers.rpc import messages as m
 
@@ -118,8 +117,12 @@ class BlockWriter:
         metadata: dict[str, Any] | None,
         generated_ms: int,
         wait: bool = True,
+        position: str | None = None,
     ) -> None:
         """Store a block, then report it; ``wait``: until the driver accepted it (or raise).
+
+        ``position``: the source position the block's records cover (``store(position=...)``),
+        reported with it.
 
         Raises when the block could not be stored (nothing is reported). Without ``wait`` a
         refused block is removed from where it was put and goes to ``on_error``. Rows longer
@@ -130,7 +133,7 @@ class BlockWriter:
         if table.nbytes > self.max_record_bytes:  # a smaller table holds no longer row
             table, oversize = split_oversize(table, self.max_record_bytes)
         if table.num_rows:
-            self._store_and_report(block_id, table, metadata, generated_ms, wait)
+            self._store_and_report(block_id, table, metadata, generated_ms, wait, position)
         if oversize:
             if self._on_oversize is None:
                 msg = f"{len(oversize)} record(s) longer than {self.max_record_bytes} bytes"
@@ -144,13 +147,9 @@ class BlockWriter:
         metadata: dict[str, Any] | None,
         generated_ms: int,
         wait: bool,
+        position: str | None,
     ) -> None:
         name = block_id.name
-        position = None
-        if metadata is not None and POSITION_KEY in metadata:
-            metadata = dict(metadata)
-            position = metadata.pop(POSITION_KEY)
-            metadata = metadata or None
         stored = self.handler.store_block(name, table, generated_ms)
         first, *replicas = stored.locations or (self._endpoint(),)
         info = m.ReceivedBlockInfo(

@@ -71,9 +71,8 @@ def describe_error(error: BaseException | None) -> str:
 class ReceiverSupervisor:
     """Supervises one receiver in its task; see the module doc for the lifecycle.
 
-    Thread-safe. ``add_record``/``add_records``/``push_table``/``add_text`` (its pipe's
-    :class:`~spark_receivers.receiver.intake.Intake`'s) are called by the receiver's
-    threads through :meth:`Receiver.store`.
+    Thread-safe. What the receiver stores does not pass here: :meth:`Receiver.store` hands
+    it to the pipe's :class:`~spark_receivers.receiver.intake.Intake`.
     """
 
     def __init__(
@@ -147,13 +146,8 @@ class ReceiverSupervisor:
         self._terminated = threading.Event()
         self._stopping_error: BaseException | None = None
         self._stop_message = ""
-        # What Receiver.store reaches: the pipe's intake.
-        intake = pipe.intake
-        self.add_record = intake.add_record
-        self.add_records = intake.add_records
-        self.push_table = intake.add_block
-        self.add_text: Callable[[str], None] | None = intake.add_text
-        receiver._attach(self, stream_id)
+        # The receiver stores into the pipe's intake; it asks this supervisor for its lifecycle.
+        receiver._attach(self, stream_id, pipe.intake)
 
     @property
     def block_handler(self) -> Any:
