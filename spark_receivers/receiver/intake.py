@@ -5,7 +5,7 @@ The executor's pipe, one way (``receiver/pipe.py`` builds it, docs/architecture.
     Receiver.store → Intake → BlockGenerator → BlockWriter → BlockReporter → driver
 
 A receiver reaches its pipe through its :class:`Intake` alone (the supervisor attaches it,
-and is not on the way). :meth:`Intake.take` takes whatever ``store`` was handed — one
+and is not on the way). :meth:`Intake.admit` takes whatever ``store`` was handed — one
 record, many records, an Arrow/pandas block — tells which it is by the receiver's schema
 (a tuple is one record of a multi-column schema, many records of the default one), checks
 it and hands it to the :class:`~spark_receivers.receiver.block_generator.BlockGenerator`,
@@ -81,7 +81,7 @@ class Intake:
 
     # --- what Receiver.store reaches ------------------------------------------------------
 
-    def take(
+    def admit(
         self,
         data: Any,
         metadata: dict[str, Any] | None = None,

@@ -220,7 +220,7 @@ class Receiver:
         intake = self._intake
         if intake is None:
             raise self._not_running()
-        intake.take(data, metadata, reliable, position)
+        intake.admit(data, metadata, reliable, position)
 
     def restart(
         self, message: str, error: BaseException | None = None, delay_ms: int | None = None

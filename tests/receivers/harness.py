@@ -36,7 +36,7 @@ class HarnessSupervisor:
         in it (written there the first time); ``job_id`` sets one instead.
     """
 
-    # No fast path: every store goes through take, then add_records, which the tests watch.
+    # No fast path: every store goes through admit, then add_records, which the tests watch.
     add_text = None
 
     def __init__(
@@ -74,7 +74,7 @@ class HarnessSupervisor:
 
     # --- what Receiver calls --------------------------------------------------
 
-    def take(
+    def admit(
         self, data: Any, metadata: Any = None, reliable: bool = False, position: Any = None
     ) -> None:
         """As the pipe's intake tells the forms apart: a block, many records, one."""
