@@ -90,6 +90,18 @@ class BlockWriter:
         """A block the generator cut (its pushing thread): :meth:`write_cut`."""
         self.write_cut(block)
 
+    def on_own_block(
+        self,
+        block_id: m.StreamBlockId,
+        table: pa.Table,
+        metadata: dict[str, Any] | None,
+        generated_ms: int,
+        wait: bool,
+        position: str | None,
+    ) -> None:
+        """A block of its own (the storing thread): :meth:`write`."""
+        self.write(block_id, table, metadata, generated_ms, wait, position)
+
     def on_error(self, message: str, error: BaseException) -> None:
         """A cut block could not be stored: tell the driver."""
         self._on_error(message, error)

@@ -9,11 +9,12 @@ and is not on the way). :meth:`Intake.admit` takes whatever ``store`` was handed
 record, many records, an Arrow/pandas block — tells which it is by the receiver's schema
 (a tuple is one record of a multi-column schema, many records of the default one), checks
 it and hands it to the :class:`~spark_receivers.receiver.block_generator.BlockGenerator`,
-which cuts a block per interval. It is the generator's only caller. A store that is
-``reliable``, carries ``metadata`` or a source ``position`` is a block of its own: the
-intake makes it (converted once, rate-limited here, since the generator's limiter does not
-see it) and gives it to the :class:`~spark_receivers.receiver.block_writer.BlockWriter`
-directly, waiting for the driver's answer when ``reliable``.
+which cuts a block per interval. It is the generator's only caller, and the generator
+is all it calls. A store that is ``reliable``, carries ``metadata`` or a source
+``position`` is a block of its own: the intake converts it once and hands it to the
+generator's ``add_own_block``, which names it, rate-limits it and has the
+:class:`~spark_receivers.receiver.block_writer.BlockWriter` write it at once (waiting for
+the driver's answer when ``reliable``).
 
 One string record of the default schema is the hot path: :attr:`Intake.add_text` is the
 generator's own ``add_data`` (a list append under a lock), lent to the receiver without a
@@ -32,7 +33,6 @@ from typing import Any
 import pyarrow as pa
 
 from spark_receivers.receiver.block_generator import BlockGenerator
-from spark_receivers.receiver.block_writer import BlockWriter
 from spark_receivers.receiver.rate_limiter import RateLimiter
 from spark_receivers.receiver.schema import (
     check_record,
@@ -42,8 +42,6 @@ from spark_receivers.receiver.schema import (
     records_to_table,
     to_table,
 )
-from spark_receivers.rpc.messages import StreamBlockId
-from spark_receivers.util.clock import Clock
 
 __all__ = ["Intake"]
 
@@ -51,25 +49,12 @@ __all__ = ["Intake"]
 class Intake:
     """Records and blocks from ``Receiver.store`` into the pipe; see the module doc.
 
-    ``next_block_id`` names a block of its own (the generator names the blocks it cuts
-    with the same counter). Thread-safe.
+    Thread-safe.
     """
 
-    def __init__(
-        self,
-        schema: pa.Schema,
-        rate_limiter: RateLimiter,
-        generator: BlockGenerator,
-        writer: BlockWriter,
-        next_block_id: Callable[[], StreamBlockId],
-        clock: Clock,
-    ) -> None:
+    def __init__(self, schema: pa.Schema, generator: BlockGenerator) -> None:
         self.schema = schema
-        self.rate_limiter = rate_limiter
         self._generator = generator
-        self._writer = writer
-        self._next_block_id = next_block_id
-        self._clock = clock
         self._default_schema = is_default(schema)
         self.add_text: Callable[[str], None] | None = (
             generator.add_data if self._default_schema else None
@@ -117,7 +102,7 @@ class Intake:
             check_record(record, self.schema)
         if own:
             table = records_to_table([record], self.schema)
-            self._own_block(table, metadata, reliable, position)
+            self._generator.add_own_block(table, metadata, reliable, position)
         else:
             self._generator.add_data(record)
 
@@ -154,28 +139,16 @@ class Intake:
         if table.num_rows == 0:
             return
         if own:
-            self._own_block(table, metadata, reliable, position)
+            self._generator.add_own_block(table, metadata, reliable, position)
         else:
             self._generator.add_table(table)
 
-    def _own_block(
-        self,
-        table: pa.Table,
-        metadata: dict[str, Any] | None,
-        wait: bool,
-        position: str | None,
-    ) -> None:
-        self.rate_limiter.acquire(table.num_rows)
-        self._writer.write(
-            self._next_block_id(),
-            table,
-            metadata,
-            self._clock.get_time_ms(),
-            wait=wait,
-            position=position,
-        )
-
     # --- the driver and the metrics ---------------------------------------------------------
+
+    @property
+    def rate_limiter(self) -> RateLimiter:
+        """The pipe's rate limiter (the generator's): what a receiver may read of it."""
+        return self._generator.rate_limiter
 
     def update_rate(self, rate: float) -> None:
         """The driver's new rate limit (``UpdateRateLimit``); see ``BlockGenerator.update_rate``."""

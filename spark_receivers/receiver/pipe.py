@@ -3,18 +3,21 @@
 ::
 
     Receiver.store(x)
-      └─ Intake           schema checks, rate limit for blocks of their own   (intake.py)
-          └─ BlockGenerator  current buffer → a block per interval → queue    (block_generator.py)
+      └─ Intake           tells the forms apart by the schema, checks them     (intake.py)
+          └─ BlockGenerator  a block per interval → queue, or a block of its own;  (block_generator.py)
+              │              names blocks, rate limit, backpressure
               └─ BlockWriter   one Arrow table; stored by the block handler:  (block_writer.py)
                                keeper put (+ replica) and WAL, in parallel    (block_handler.py,
                                                                                block_placement.py)
                   └─ BlockReporter  AddBlocks to the driver, several per call (block_reporter.py)
 
-Data flows one way: no stage calls back into an earlier one (a block the driver refused is
-removed by the writer, on the reporter's answer). :class:`ReceiverPipe` builds the stages
-and gives the supervisor what it needs for the lifecycle only: start, drain on stop, close,
-the driver's commands (``UpdateRateLimit``, ``CleanupOldBlocks``) and the metrics. The
-supervisor never touches a stage (``tests/test_architecture.py`` checks it imports none).
+Data flows one way: each stage calls only the next, and no stage calls back into an
+earlier one (a block the driver refused is removed by the writer, on the reporter's
+answer). :class:`ReceiverPipe` builds the stages for one receiver and gives the supervisor
+what it needs for the lifecycle only: start, drain on stop, close, the driver's commands
+(``UpdateRateLimit``, ``CleanupOldBlocks``) and the metrics. The receiver is attached to
+the intake; the supervisor never touches a stage (``tests/receiver/test_pipe.py`` checks
+it imports none).
 """
 
 from __future__ import annotations
@@ -134,9 +137,7 @@ class ReceiverPipe:
             name=f"block-generator-{stream_id}",
         )
         self._generator = generator  # started and drained here; fed by the intake only
-        self.intake = Intake(
-            schema, self.rate_limiter, generator, self.writer, next_block_id, clock
-        )
+        self.intake = Intake(schema, generator)
 
     @property
     def uses_keepers(self) -> bool:
