@@ -3,12 +3,11 @@
 ::
 
     Receiver.store(x)
-      └─ Intake           tells the forms apart by the schema, checks them     (intake.py)
-          └─ BlockGenerator  a block per interval → queue, or a block of its own;  (block_generator.py)
-              │              names blocks, rate limit, backpressure
-              └─ BlockWriter   one Arrow table; stored by the block handler:  (block_writer.py)
-                               keeper put (+ replica) and WAL, in parallel    (block_handler.py,
-                                                                               block_placement.py)
+      └─ Intake            tells the forms apart by the schema, checks them    (intake.py)
+          └─ BlockGenerator  a block per interval, or a block of its own;   (block_generator.py)
+              │              names blocks; rate limit; a full queue holds the receiver
+              └─ BlockWriter   one Arrow table; stored by its block handler: (block_writer.py,
+                               keeper put (+ replica) and WAL, in parallel    block_placement.py)
                   └─ BlockReporter  AddBlocks to the driver, several per call (block_reporter.py)
 
 Data flows one way: each stage calls only the next, and no stage calls back into an
@@ -29,11 +28,6 @@ from typing import TYPE_CHECKING, Any
 from spark_receivers.config import StreamingConfig
 from spark_receivers.receiver.bad_records import OversizeRecords
 from spark_receivers.receiver.block_generator import BlockGenerator
-from spark_receivers.receiver.block_handler import (
-    BlockStoreBasedBlockHandler,
-    ReceivedBlockHandler,
-    WriteAheadLogBasedBlockHandler,
-)
 from spark_receivers.receiver.block_placement import (
     BlockSink,
     InProcessSink,
@@ -44,7 +38,12 @@ from spark_receivers.receiver.block_placement import (
 )
 from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.block_store import BlockStore
-from spark_receivers.receiver.block_writer import BlockWriter
+from spark_receivers.receiver.block_writer import (
+    BlockStoreBasedBlockHandler,
+    BlockWriter,
+    ReceivedBlockHandler,
+    WriteAheadLogBasedBlockHandler,
+)
 from spark_receivers.receiver.intake import Intake
 from spark_receivers.receiver.metrics import ReceiverMetrics, meter_wal
 from spark_receivers.receiver.rate_limiter import RateLimiter

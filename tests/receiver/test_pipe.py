@@ -31,14 +31,15 @@ import pytest
 
 from spark_receivers import Receiver
 from spark_receivers.receiver.block import Block
-from spark_receivers.receiver.block_handler import BlockStoreResult
+from spark_receivers.receiver.block_writer import BlockStoreResult
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
 from spark_receivers.testing import StandInTracker, supervise
 
 RECEIVER_DIR = Path(__file__).resolve().parents[2] / "spark_receivers" / "receiver"
-STAGES = ("intake", "block_generator", "block_writer", "block_handler", "block_reporter")
-DATA_PATH = (*STAGES, "block_placement", "block_store", "rate_limiter", "block_pusher")
+STAGES = ("intake", "block_generator", "block_writer", "block_reporter")
+DATA_PATH = (*STAGES, "block_placement", "block_store", "rate_limiter")
+GONE = ("block_pusher", "block_handler")  # modules of the data path that are no more
 DATA_HELPERS = ("schema", "bad_records")  # what the stages do to records: not the lifecycle
 HELPERS = ("schema", "block")  # library code the stages call, not stages
 
@@ -299,4 +300,3 @@ def test_one_record_goes_one_way_through_the_pipe(form):
     assert "supervisor" not in path
     if form.startswith("one str"):
         assert "intake" not in path  # the intake lends the generator's append: no wrapper
-
