@@ -300,3 +300,25 @@ def test_one_record_goes_one_way_through_the_pipe(form):
     assert "supervisor" not in path
     if form.startswith("one str"):
         assert "intake" not in path  # the intake lends the generator's append: no wrapper
+
+
+def test_a_position_and_metadata_reach_the_driver_with_their_block_and_nothing_else():
+    """The position is a parameter down the pipe, not a key hidden in the metadata."""
+    tracker = StandInTracker()
+    receiver = Idle()
+    sup = supervise(tracker, receiver, block_keeper_enabled=False)
+    sup.start()
+    try:
+        receiver.store(["a", "b"], reliable=True, position="p-7")
+        receiver.store(("c",), metadata={"k": "v"}, reliable=True, position="p-8")
+        receiver.store("d", metadata={"k": "w"})
+        tracker.wait_for(lambda: tracker.records() == 4)
+        got = [(i.num_records, i.metadata, i.position) for i in tracker.blocks()]
+        assert got == [(2, None, "p-7"), (1, {"k": "v"}, "p-8"), (1, {"k": "w"}, None)]
+        assert [i.block_id for i in tracker.blocks()] == [
+            f"input-0-{sup.pipe.session}-{n}" for n in range(3)
+        ]  # blocks of their own are named by the generator's counter, in order
+    finally:
+        sup.stop("end")
+        assert sup.await_termination(15)
+        tracker.close()
