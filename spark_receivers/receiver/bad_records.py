@@ -30,18 +30,19 @@ record, before it is stored, and no block carries one whatever receiver stored i
 from __future__ import annotations
 
 import base64
+import contextlib
 import enum
 import json
 import os
 import threading
 import time
 import uuid
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_receivers.errors import ConfigError
+from spark_receivers.errors import BadRecordError, ConfigError
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 """The longest record (bytes) a built-in receiver takes unless told otherwise (1 MiB)."""
@@ -200,3 +201,44 @@ class DeadLetterWriter:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+class _PolicyHolder(Protocol):
+    """A receiver, as :class:`OversizeRecords` sees it."""
+
+    bad_record_policy: BadRecordPolicy
+
+    def handle_bad_record(self, record: bytes | str, reason: str) -> None: ...
+
+
+class OversizeRecords:
+    """Rows a block writer took out as too long, each handed to the receiver's policy.
+
+    ``oversize(rows, pushing_thread)`` with ``rows`` as :func:`split_oversize` returns
+    them. A receiver's ``handle_bad_record`` stops it under ``fail``, and stopping drains
+    the block generator, which waits for its pushing thread: on that thread a ``fail``
+    runs on a thread of its own (and the rest of the rows are not looked at). Elsewhere
+    ``handle_bad_record`` raises :class:`BadRecordError` to the storing caller.
+    """
+
+    def __init__(self, receiver: _PolicyHolder, limit: int, name: str) -> None:
+        self.limit = limit
+        self._receiver = receiver
+        self._name = name
+
+    def __call__(self, rows: list[tuple[Any, int]], pushing_thread: bool) -> None:
+        """Each of ``rows`` (record, length) to the receiver's policy; see the class doc."""
+        receiver = self._receiver
+        for record, size in rows:
+            value = record if isinstance(record, str | bytes) else json.dumps(record, default=str)
+            reason = f"a record of {too_long(size, self.limit)}"
+            if pushing_thread and receiver.bad_record_policy is BadRecordPolicy.FAIL:
+                threading.Thread(
+                    target=self._fail_on, args=(value, reason), name=self._name, daemon=True
+                ).start()
+                return
+            receiver.handle_bad_record(value, reason)  # raises under "fail"
+
+    def _fail_on(self, value: str | bytes, reason: str) -> None:
+        with contextlib.suppress(BadRecordError):
+            self._receiver.handle_bad_record(value, reason)  # stops the receiver for good

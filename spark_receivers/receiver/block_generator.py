@@ -71,6 +71,17 @@ class BlockGeneratorListener(Protocol):
     def on_push_block(self, block: Block) -> None:
         """Store and report ``block`` (pushing thread; may block; raise on failure)."""
 
+    def on_own_block(
+        self,
+        block_id: StreamBlockId,
+        table: pa.Table,
+        metadata: dict[str, Any] | None,
+        generated_ms: int,
+        wait: bool,
+        position: str | None,
+    ) -> None:
+        """Store and report a block of its own (the adding thread; ``wait``: until accepted)."""
+
     def on_error(self, message: str, error: BaseException) -> None:
         """Pushing a block failed; the generator goes on with the next one (pushing thread)."""
 
@@ -297,6 +308,24 @@ class BlockGenerator:
         if failed:
             self._log_dropped(block)
         return n
+
+    def add_own_block(
+        self,
+        table: pa.Table,
+        metadata: dict[str, Any] | None = None,
+        wait: bool = False,
+        position: str | None = None,
+    ) -> None:
+        """Rows that make a block of their own: named and rate-limited, then written at once.
+
+        A ``reliable`` store (``wait``), one with metadata or a source position: handed to
+        ``on_own_block`` on this thread, not queued behind the cut blocks and not held by a
+        full queue.
+        """
+        self.rate_limiter.acquire(table.num_rows)
+        self._listener.on_own_block(
+            self._next_block_id(), table, metadata, self._clock.get_time_ms(), wait, position
+        )
 
     def add_data_with_callback(self, record: Any, metadata: Any) -> None:
         """Add one record and call ``on_add_data(record, metadata)`` under the lock."""

@@ -4,18 +4,22 @@ The executor's pipe, one way (``receiver/pipe.py`` builds it, docs/architecture.
 
     Receiver.store → Intake → BlockGenerator → BlockWriter → BlockReporter → driver
 
-:class:`Intake` takes the three forms ``store`` accepts — one record, many records, an
-Arrow/pandas block — checks them against the receiver's schema and hands them to the
-:class:`~spark_receivers.receiver.block_generator.BlockGenerator`, which cuts a block per
-interval. It is the generator's only caller. A store that is ``reliable`` or carries
-``metadata`` is a block of its own: the intake makes it (converted once, rate-limited here,
-since the generator's limiter does not see it) and gives it to the
-:class:`~spark_receivers.receiver.block_writer.BlockWriter` directly, waiting for the driver's
-answer when ``reliable``.
+A receiver reaches its pipe through its :class:`Intake` alone (the supervisor attaches it,
+and is not on the way). :meth:`Intake.admit` takes whatever ``store`` was handed — one
+record, many records, an Arrow/pandas block — tells which it is by the receiver's schema
+(a tuple is one record of a multi-column schema, many records of the default one), checks
+it and hands it to the :class:`~spark_receivers.receiver.block_generator.BlockGenerator`,
+which cuts a block per interval. It is the generator's only caller, and the generator
+is all it calls. A store that is ``reliable``, carries ``metadata`` or a source
+``position`` is a block of its own: the intake converts it once and hands it to the
+generator's ``add_own_block``, which names it, rate-limits it and has the
+:class:`~spark_receivers.receiver.block_writer.BlockWriter` write it at once (waiting for
+the driver's answer when ``reliable``).
 
 One string record of the default schema is the hot path: :attr:`Intake.add_text` is the
-generator's own ``add_data`` (a list append under a lock), lent without a wrapper: one more
-Python call per record would slow ``store(one)`` down, whose whole cost is a few calls.
+generator's own ``add_data`` (a list append under a lock), lent to the receiver without a
+wrapper: one more Python call per record would slow ``store(one)`` down, whose whole cost is
+a few calls.
 
 Threads: every method runs on the receiver's storing threads; ``update_rate`` on the block
 server's (the driver's ``UpdateRateLimit``).
@@ -29,11 +33,15 @@ from typing import Any
 import pyarrow as pa
 
 from spark_receivers.receiver.block_generator import BlockGenerator
-from spark_receivers.receiver.block_writer import BlockWriter
 from spark_receivers.receiver.rate_limiter import RateLimiter
-from spark_receivers.receiver.schema import check_record, is_default, records_to_table, to_table
-from spark_receivers.rpc.messages import StreamBlockId
-from spark_receivers.util.clock import Clock
+from spark_receivers.receiver.schema import (
+    check_record,
+    is_block_data,
+    is_default,
+    is_many,
+    records_to_table,
+    to_table,
+)
 
 __all__ = ["Intake"]
 
@@ -41,25 +49,12 @@ __all__ = ["Intake"]
 class Intake:
     """Records and blocks from ``Receiver.store`` into the pipe; see the module doc.
 
-    ``next_block_id`` names a block of its own (the generator names the blocks it cuts
-    with the same counter). Thread-safe.
+    Thread-safe.
     """
 
-    def __init__(
-        self,
-        schema: pa.Schema,
-        rate_limiter: RateLimiter,
-        generator: BlockGenerator,
-        writer: BlockWriter,
-        next_block_id: Callable[[], StreamBlockId],
-        clock: Clock,
-    ) -> None:
+    def __init__(self, schema: pa.Schema, generator: BlockGenerator) -> None:
         self.schema = schema
-        self.rate_limiter = rate_limiter
         self._generator = generator
-        self._writer = writer
-        self._next_block_id = next_block_id
-        self._clock = clock
         self._default_schema = is_default(schema)
         self.add_text: Callable[[str], None] | None = (
             generator.add_data if self._default_schema else None
@@ -71,21 +66,54 @@ class Intake:
 
     # --- what Receiver.store reaches ------------------------------------------------------
 
-    def add_record(
-        self, record: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
+    def admit(
+        self,
+        data: Any,
+        metadata: dict[str, Any] | None = None,
+        reliable: bool = False,
+        position: str | None = None,
     ) -> None:
-        """One record: into the current block, or a block of its own if reliable/with metadata."""
+        """What ``Receiver.store`` was handed (but its hot path): a block, many records or one.
+
+        With ``reliable``, ``metadata`` or ``position`` it is a block of its own, stored
+        (and, when ``reliable``, accepted by the driver) before this returns.
+        """
+        own = reliable or metadata is not None or position is not None
+        if type(data) is str:
+            self._one(data, own, metadata, reliable, position)
+        elif is_block_data(data):
+            self._block(to_table(data, self.schema), own, metadata, reliable, position)
+        elif is_many(data, self.schema):
+            self._records(
+                data if isinstance(data, list) else list(data), own, metadata, reliable, position
+            )
+        else:
+            self._one(data, own, metadata, reliable, position)
+
+    def _one(
+        self,
+        record: Any,
+        own: bool,
+        metadata: dict[str, Any] | None,
+        reliable: bool,
+        position: str | None,
+    ) -> None:
         if not (self._default_schema and type(record) is str):
             check_record(record, self.schema)
-        if reliable or metadata is not None:
-            self._own_block(records_to_table([record], self.schema), metadata, reliable)
+        if own:
+            table = records_to_table([record], self.schema)
+            self._generator.add_own_block(table, metadata, reliable, position)
         else:
             self._generator.add_data(record)
 
-    def add_records(
-        self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
+    def _records(
+        self,
+        records: list[Any],
+        own: bool,
+        metadata: dict[str, Any] | None,
+        reliable: bool,
+        position: str | None,
     ) -> None:
-        """Many records: one Arrow table, into the current block or a block of its own."""
         if not records:
             return
         if self._default_schema:
@@ -93,36 +121,34 @@ class Intake:
         else:
             for r in records:
                 check_record(r, self.schema)
-            if not (reliable or metadata is not None):
+            if not own:
                 self._generator.add_many(records)
                 return
             table = records_to_table(records, self.schema)
-        if reliable or metadata is not None:
-            self._own_block(table, metadata, reliable)
-        else:
-            self._generator.add_table(table)
+        self._block(table, own, metadata, reliable, position)
 
-    def add_block(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
-        """An Arrow batch/table or a pandas frame, as a block or part of one.
-
-        Joined into the current block without copying, or a block of its own if reliable
-        or with metadata.
-        """
-        table = to_table(data, self.schema)
+    def _block(
+        self,
+        table: pa.Table,
+        own: bool,
+        metadata: dict[str, Any] | None,
+        reliable: bool,
+        position: str | None,
+    ) -> None:
+        """Rows joined into the current block without copying, or a block of their own."""
         if table.num_rows == 0:
             return
-        if reliable or metadata is not None:
-            self._own_block(table, metadata, reliable)
+        if own:
+            self._generator.add_own_block(table, metadata, reliable, position)
         else:
             self._generator.add_table(table)
 
-    def _own_block(self, table: pa.Table, metadata: dict[str, Any] | None, wait: bool) -> None:
-        self.rate_limiter.acquire(table.num_rows)
-        self._writer.write(
-            self._next_block_id(), table, metadata, self._clock.get_time_ms(), wait=wait
-        )
-
     # --- the driver and the metrics ---------------------------------------------------------
+
+    @property
+    def rate_limiter(self) -> RateLimiter:
+        """The pipe's rate limiter (the generator's): what a receiver may read of it."""
+        return self._generator.rate_limiter
 
     def update_rate(self, rate: float) -> None:
         """The driver's new rate limit (``UpdateRateLimit``); see ``BlockGenerator.update_rate``."""

@@ -3,34 +3,31 @@
 ::
 
     Receiver.store(x)
-      └─ Intake           schema checks, rate limit for blocks of their own   (intake.py)
-          └─ BlockGenerator  current buffer → a block per interval → queue    (block_generator.py)
-              └─ BlockWriter   one Arrow table; stored by the block handler:  (block_writer.py)
-                               keeper put (+ replica) and WAL, in parallel    (block_handler.py,
-                                                                               block_placement.py)
+      └─ Intake            tells the forms apart by the schema, checks them    (intake.py)
+          └─ BlockGenerator  a block per interval, or a block of its own;   (block_generator.py)
+              │              names blocks; rate limit; a full queue holds the receiver
+              └─ BlockWriter   one Arrow table; stored by its block handler: (block_writer.py,
+                               keeper put (+ replica) and WAL, in parallel    block_placement.py)
                   └─ BlockReporter  AddBlocks to the driver, several per call (block_reporter.py)
 
-Data flows one way: no stage calls back into an earlier one (a block the driver refused is
-removed by the writer, on the reporter's answer). :class:`ReceiverPipe` builds the stages
-and gives the supervisor what it needs for the lifecycle only: start, drain on stop, close,
-the driver's commands (``UpdateRateLimit``, ``CleanupOldBlocks``) and the metrics. The
-supervisor never touches a stage (``tests/test_architecture.py`` checks it imports none).
+Data flows one way: each stage calls only the next, and no stage calls back into an
+earlier one (a block the driver refused is removed by the writer, on the reporter's
+answer). :class:`ReceiverPipe` builds the stages for one receiver and gives the supervisor
+what it needs for the lifecycle only: start, drain on stop, close, the driver's commands
+(``UpdateRateLimit``, ``CleanupOldBlocks``) and the metrics. The receiver is attached to
+the intake; the supervisor never touches a stage (``tests/receiver/test_pipe.py`` checks
+it imports none).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_receivers.config import StreamingConfig
-from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES
+from spark_receivers.receiver.bad_records import OversizeRecords
 from spark_receivers.receiver.block_generator import BlockGenerator
-from spark_receivers.receiver.block_handler import (
-    BlockStoreBasedBlockHandler,
-    ReceivedBlockHandler,
-    WriteAheadLogBasedBlockHandler,
-)
 from spark_receivers.receiver.block_placement import (
     BlockSink,
     InProcessSink,
@@ -41,13 +38,20 @@ from spark_receivers.receiver.block_placement import (
 )
 from spark_receivers.receiver.block_reporter import BlockReporter
 from spark_receivers.receiver.block_store import BlockStore
-from spark_receivers.receiver.block_writer import BlockWriter
+from spark_receivers.receiver.block_writer import (
+    BlockStoreBasedBlockHandler,
+    BlockWriter,
+    ReceivedBlockHandler,
+    WriteAheadLogBasedBlockHandler,
+)
 from spark_receivers.receiver.intake import Intake
 from spark_receivers.receiver.metrics import ReceiverMetrics, meter_wal
 from spark_receivers.receiver.rate_limiter import RateLimiter
-from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
 from spark_receivers.util.clock import Clock
+
+if TYPE_CHECKING:
+    from spark_receivers.receiver.receiver import Receiver
 
 __all__ = ["ReceiverPipe"]
 
@@ -55,6 +59,8 @@ __all__ = ["ReceiverPipe"]
 class ReceiverPipe:
     """The stages of one receiver's pipe (see the module doc), for its supervisor.
 
+    Built for ``receiver``: its schema, storage level, longest record and bad-record
+    policy (records too long for a block go to it: ``bad_records.OversizeRecords``).
     ``tracker`` is the supervisor's client of the driver (``tracker.call(message)``);
     ``endpoint()`` is the supervisor's block server, which serves :attr:`block_store` (the
     task's own store, where blocks go with keepers off); ``on_error`` / ``on_fatal`` go to
@@ -63,9 +69,8 @@ class ReceiverPipe:
 
     def __init__(
         self,
+        receiver: Receiver,
         stream_id: int,
-        schema: Any,
-        level: StorageLevel,
         config: StreamingConfig,
         *,
         tracker: Any,
@@ -75,10 +80,10 @@ class ReceiverPipe:
         clock: Clock,
         on_error: Callable[[str, BaseException], None],
         on_fatal: Callable[[str, BaseException], None],
-        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        on_oversize: Callable[[list[tuple[Any, int]], bool], None] | None = None,
     ) -> None:
         executor_id, host, secret = identity
+        schema = receiver.schema
+        level = receiver.storage_level
         self.storage_level = level = effective_level(level, config, stream_id, executor_id)
         """The level blocks are kept at (one copy with the receiver WAL on, as Spark)."""
         self.block_store = BlockStore(level, config.block_store_budget_bytes)
@@ -101,6 +106,9 @@ class ReceiverPipe:
         def next_block_id() -> m.StreamBlockId:
             return m.StreamBlockId(stream_id, self.session, next(seq))
 
+        max_record_bytes = (
+            getattr(receiver, "max_record_bytes", None) or config.receiver_max_record_bytes
+        )
         # Blocks are reported several per call when the driver is slow (block_reporter.py).
         self._reporter = BlockReporter(
             tracker.call, 2 * config.block_queue_size, name=f"block-reporter-{stream_id}"
@@ -114,7 +122,7 @@ class ReceiverPipe:
             on_error,
             on_fatal,
             max_record_bytes=max_record_bytes,
-            on_oversize=on_oversize,
+            on_oversize=OversizeRecords(receiver, max_record_bytes, f"receiver-{stream_id}-stop"),
         )
         initial = config.backpressure_initial_rate if config.backpressure_enabled else None
         self.rate_limiter = RateLimiter(config.max_rate_or_none, initial, clock=clock)
@@ -128,9 +136,7 @@ class ReceiverPipe:
             name=f"block-generator-{stream_id}",
         )
         self._generator = generator  # started and drained here; fed by the intake only
-        self.intake = Intake(
-            schema, self.rate_limiter, generator, self.writer, next_block_id, clock
-        )
+        self.intake = Intake(schema, generator)
 
     @property
     def uses_keepers(self) -> bool:

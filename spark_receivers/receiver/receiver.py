@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
@@ -14,46 +14,24 @@ from spark_receivers.receiver.schema import (
     DEFAULT_SCHEMA,
     SchemaLike,
     as_arrow_schema,
-    is_block_data,
 )
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.util.extras import Requirement, require
 
 if TYPE_CHECKING:
+    from spark_receivers.receiver.intake import Intake
     from spark_receivers.receiver.source_support import JobName
 
 log = logging.getLogger(__name__)
-
-POSITION_KEY = "__spark_receivers_position__"
-"""Where ``store(..., position=...)`` carries the position inside ``metadata`` to the block
-writer, which takes it out into ``ReceivedBlockInfo.position`` (never seen by users)."""
 
 
 class SupervisorLike(Protocol):
     """What a receiver asks of the supervisor running it (``receiver/supervisor.py``).
 
+    Its lifecycle only: what it stores goes to its pipe's intake, not through the supervisor.
+
     Test harnesses implement it too, to run a receiver without Spark.
     """
-
-    add_text: Any
-    """``add_text(str)`` for one record of the default schema, or None (no fast path)."""
-    rate_limiter: Any
-
-    def add_record(
-        self, record: Any, metadata: dict[str, Any] | None = None, reliable: bool = False
-    ) -> None:
-        """Store one record."""
-        ...
-
-    def add_records(
-        self, records: list[Any], metadata: dict[str, Any] | None, reliable: bool
-    ) -> None:
-        """Store many records."""
-        ...
-
-    def push_table(self, data: Any, metadata: dict[str, Any] | None, reliable: bool) -> None:
-        """Store an Arrow/pandas block."""
-        ...
 
     def restart_receiver(
         self, message: str, error: BaseException | None, delay_ms: int | None
@@ -149,6 +127,8 @@ class Receiver:
     report_every: int = 1000
     _stream_id: int = -1
     _supervisor: SupervisorLike | None = None
+    _intake: Intake | None = None
+    _add_text: Callable[[str], None] | None = None
     _dead_letters: DeadLetterWriter | None = None
 
     def __init__(
@@ -221,34 +201,26 @@ class Receiver:
         the records then make a block of their own.
         Blocks while the rate limit or a full block queue holds the receiver back.
         """
-        if position is not None:
-            if type(position) is not str:
-                msg = (
-                    f"store(position=...) must be a str (the receiver's own encoding of "
-                    f"its source position), got {type(position).__name__}: {position!r:.60}"
-                )
-                raise ReceiverError(msg)
-            metadata = {**(metadata or {}), POSITION_KEY: position}
-        sup = self._supervisor
-        if type(data) is str and metadata is None and not reliable:
-            if sup is not None and sup.add_text is not None:
-                sup.add_text(data)  # the hot path: one record, default schema
-                return
-            sup = self._attached()
-            sup.add_record(data)
-            return
-        sup = self._attached()
-        if is_block_data(data):
-            sup.push_table(data, metadata, reliable)
-        elif isinstance(data, list | tuple) or (
-            isinstance(data, Iterable) and not isinstance(data, str | bytes | dict)
+        add_text = self._add_text
+        if (
+            type(data) is str
+            and metadata is None
+            and not reliable
+            and position is None
+            and add_text is not None
         ):
-            if isinstance(data, tuple) and not self._tuple_is_many():
-                sup.add_record(data, metadata, reliable)
-            else:
-                sup.add_records(data if isinstance(data, list) else list(data), metadata, reliable)
-        else:
-            sup.add_record(data, metadata, reliable)
+            add_text(data)  # the hot path: one record, default schema
+            return
+        if position is not None and type(position) is not str:
+            msg = (
+                f"store(position=...) must be a str (the receiver's own encoding of "
+                f"its source position), got {type(position).__name__}: {position!r:.60}"
+            )
+            raise ReceiverError(msg)
+        intake = self._intake
+        if intake is None:
+            raise self._not_running()
+        intake.admit(data, metadata, reliable, position)
 
     def restart(
         self, message: str, error: BaseException | None = None, delay_ms: int | None = None
@@ -320,32 +292,35 @@ class Receiver:
 
     # --- internals ----------------------------------------------------------
 
-    def _tuple_is_many(self) -> bool:
-        # With a multi-column schema a tuple is one record; with the default it is many.
-        return len(self.schema) == 1
-
     def _attached(self) -> SupervisorLike:
         sup = self._supervisor
         if sup is None:
-            msg = (
-                f"{type(self).__name__} is not running: store/restart/stop may only be "
-                "called after the supervisor started it on an executor"
-            )
-            raise StateError(msg)
+            raise self._not_running()
         return sup
+
+    def _not_running(self) -> StateError:
+        return StateError(
+            f"{type(self).__name__} is not running: store/restart/stop may only be "
+            "called after the supervisor started it on an executor"
+        )
 
     def _import_requirements(self) -> None:
         """Import what :attr:`requires` lists; :class:`MissingDependencyError` naming the extra."""
         for requirement in self.requires:
             require(requirement, type(self).__name__)
 
-    def _attach(self, supervisor: SupervisorLike, stream_id: int) -> None:
+    def _attach(self, supervisor: SupervisorLike, stream_id: int, intake: Intake) -> None:
+        """Run under ``supervisor`` (the lifecycle), storing into ``intake`` (the pipe)."""
         self._supervisor = supervisor
         self._stream_id = stream_id
+        self._intake = intake
+        self._add_text = intake.add_text
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_supervisor", None)
+        state.pop("_intake", None)
+        state.pop("_add_text", None)
         state.pop("_dead_letters", None)
         return state
 

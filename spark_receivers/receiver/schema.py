@@ -9,7 +9,7 @@ Spark can read it. The executor only ever sees the Arrow schema.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
@@ -215,3 +215,16 @@ def is_block_data(data: Any) -> bool:
     if isinstance(data, pa.RecordBatch | pa.Table):
         return True
     return type(data).__module__.startswith("pandas") and hasattr(data, "columns")
+
+
+def is_many(data: Any, schema: pa.Schema) -> bool:
+    """True for many records, not one record.
+
+    A list; a tuple under a one-column schema (under another a tuple is one record); any
+    other iterable but ``str``, ``bytes`` and ``dict``.
+    """
+    if isinstance(data, list):
+        return True
+    if isinstance(data, tuple):
+        return len(schema) == 1
+    return isinstance(data, Iterable) and not isinstance(data, str | bytes | dict)

@@ -29,9 +29,7 @@ storing failed is never reported to the driver; ``AddBlock`` names every copy.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import json
 import logging
 import threading
 import traceback
@@ -40,7 +38,6 @@ from typing import Any
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BadRecordError, ReceiverError, StateError
-from spark_receivers.receiver.bad_records import BadRecordPolicy, too_long
 from spark_receivers.receiver.block_server import BlockServer, server_settings
 from spark_receivers.receiver.metrics import MeteredTrackerClient, MetricsReporter, ReceiverMetrics
 from spark_receivers.receiver.pipe import ReceiverPipe
@@ -71,9 +68,8 @@ def describe_error(error: BaseException | None) -> str:
 class ReceiverSupervisor:
     """Supervises one receiver in its task; see the module doc for the lifecycle.
 
-    Thread-safe. ``add_record``/``add_records``/``push_table``/``add_text`` (its pipe's
-    :class:`~spark_receivers.receiver.intake.Intake`'s) are called by the receiver's
-    threads through :meth:`Receiver.store`.
+    Thread-safe. What the receiver stores does not pass here: :meth:`Receiver.store` hands
+    it to the pipe's :class:`~spark_receivers.receiver.intake.Intake`.
     """
 
     def __init__(
@@ -106,9 +102,8 @@ class ReceiverSupervisor:
             self._clock,
         )
         self.pipe = pipe = ReceiverPipe(
+            receiver,
             stream_id,
-            receiver.schema,
-            receiver.storage_level,
             config,
             tracker=self._tracker,
             endpoint=lambda: self.endpoint,
@@ -117,9 +112,6 @@ class ReceiverSupervisor:
             clock=self._clock,
             on_error=self.report_error,
             on_fatal=self._on_fatal,
-            max_record_bytes=getattr(receiver, "max_record_bytes", None)
-            or config.receiver_max_record_bytes,
-            on_oversize=self._oversize,
         )
         self.rate_limiter = pipe.rate_limiter
         self.storage_level = pipe.storage_level
@@ -147,13 +139,8 @@ class ReceiverSupervisor:
         self._terminated = threading.Event()
         self._stopping_error: BaseException | None = None
         self._stop_message = ""
-        # What Receiver.store reaches: the pipe's intake.
-        intake = pipe.intake
-        self.add_record = intake.add_record
-        self.add_records = intake.add_records
-        self.push_table = intake.add_block
-        self.add_text: Callable[[str], None] | None = intake.add_text
-        receiver._attach(self, stream_id)
+        # The receiver stores into the pipe's intake; it asks this supervisor for its lifecycle.
+        receiver._attach(self, stream_id, pipe.intake)
 
     @property
     def block_handler(self) -> Any:
@@ -346,28 +333,6 @@ class ReceiverSupervisor:
             self.receiver,
             held if held is not None else self.block_store,
         )
-
-    def _oversize(self, rows: list[tuple[Any, int]], pushing_thread: bool) -> None:
-        """Records too long for a block: the receiver's bad-record policy, one by one.
-
-        On the pushing thread a ``fail`` must not stop the receiver there (stopping
-        drains the generator, which waits for that very thread): it runs on its own.
-        """
-        limit = self.pipe.writer.max_record_bytes
-        for record, size in rows:
-            value = record if isinstance(record, str | bytes) else json.dumps(record, default=str)
-            reason = f"a record of {too_long(size, limit)}"
-            if pushing_thread and self.receiver.bad_record_policy is BadRecordPolicy.FAIL:
-                name = f"receiver-{self.stream_id}-stop"
-                threading.Thread(
-                    target=self._fail_on, args=(value, reason), name=name, daemon=True
-                ).start()
-                return
-            self.receiver.handle_bad_record(value, reason)  # raises under "fail"
-
-    def _fail_on(self, value: str | bytes, reason: str) -> None:
-        with contextlib.suppress(BadRecordError):
-            self.receiver.handle_bad_record(value, reason)  # stops the receiver for good
 
     def _on_fatal(self, message: str, error: BaseException) -> None:
         """The pipe's block generator died: stop with its cause (the task fails, is relaunched).

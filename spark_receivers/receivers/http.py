@@ -469,7 +469,7 @@ class HttpReceiver(ThreadedReceiver):
     def _back_pressure(self, n: int) -> str | None:
         if self._in_flight >= self.max_concurrent_stores:
             return f"{self._in_flight} requests are being stored; retry later"
-        limiter = getattr(self._supervisor, "rate_limiter", None)
+        limiter = getattr(self._intake, "rate_limiter", None)
         rate = getattr(limiter, "rate", None)
         if rate is not None and n / rate > self.max_store_wait_s:
             return (

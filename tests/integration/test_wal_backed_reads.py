@@ -10,9 +10,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockNotFoundError
-from spark_receivers.receiver.block_handler import WriteAheadLogBasedBlockHandler
 from spark_receivers.receiver.block_placement import InProcessSink
 from spark_receivers.receiver.block_store import BlockStore
+from spark_receivers.receiver.block_writer import WriteAheadLogBasedBlockHandler
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.transport import FlightEndpoint

@@ -16,12 +16,12 @@ from spark_receivers.errors import (
     ReceiverError,
     WriteAheadLogError,
 )
-from spark_receivers.receiver.block_handler import (
+from spark_receivers.receiver.block_placement import InProcessSink
+from spark_receivers.receiver.block_store import BlockStore, StorageLevel
+from spark_receivers.receiver.block_writer import (
     BlockStoreBasedBlockHandler,
     WriteAheadLogBasedBlockHandler,
 )
-from spark_receivers.receiver.block_placement import InProcessSink
-from spark_receivers.receiver.block_store import BlockStore, StorageLevel
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.supervisor import ReceiverSupervisor
 from spark_receivers.rpc import messages as m

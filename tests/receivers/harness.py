@@ -17,18 +17,26 @@ from spark_receivers.config import StreamingConfig
 from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ReceiverError
 from spark_receivers.receiver.rate_limiter import RateLimiter
-from spark_receivers.receiver.receiver import POSITION_KEY, Receiver
-from spark_receivers.receiver.schema import check_record, is_default, to_table
+from spark_receivers.receiver.receiver import Receiver
+from spark_receivers.receiver.schema import (
+    check_record,
+    is_block_data,
+    is_default,
+    is_many,
+    to_table,
+)
 
 
 class HarnessSupervisor:
-    """``checkpoint_dir`` and ``app_id`` play the job's identity (``durable_name``).
+    """Both the receiver's supervisor and its intake (what ``store`` reaches).
 
-    As a context does at start, a ``checkpoint_dir`` gives the config the job id kept
-    in it (written there the first time); ``job_id`` sets one instead.
+    ``checkpoint_dir`` and ``app_id`` play the job's identity (``durable_name``).
+
+        As a context does at start, a ``checkpoint_dir`` gives the config the job id kept
+        in it (written there the first time); ``job_id`` sets one instead.
     """
 
-    # No fast path: every store goes through add_records, which the tests watch.
+    # No fast path: every store goes through admit, then add_records, which the tests watch.
     add_text = None
 
     def __init__(
@@ -62,14 +70,24 @@ class HarnessSupervisor:
         self._started = False
         self._stopped = False
         self._changed = threading.Condition()
-        receiver._attach(self, stream_id)  # type: ignore[arg-type]
+        receiver._attach(self, stream_id, self)  # type: ignore[arg-type]
 
     # --- what Receiver calls --------------------------------------------------
 
-    def add_record(self, record: Any, metadata: Any = None, reliable: bool = False) -> None:
-        self.add_records([record], metadata, reliable)
+    def admit(
+        self, data: Any, metadata: Any = None, reliable: bool = False, position: Any = None
+    ) -> None:
+        """As the pipe's intake tells the forms apart: a block, many records, one."""
+        if is_block_data(data):
+            self.push_table(data, metadata, reliable, position)
+        elif is_many(data, self.receiver.schema):
+            self.add_records(list(data), metadata, reliable, position)
+        else:
+            self.add_records([data], metadata, reliable, position)
 
-    def add_records(self, records: list[Any], metadata: Any, reliable: bool) -> None:
+    def add_records(
+        self, records: list[Any], metadata: Any, reliable: bool, position: Any = None
+    ) -> None:
         if not is_default(self.receiver.schema) or not all(type(r) is str for r in records):
             for r in records:
                 check_record(r, self.receiver.schema)
@@ -85,18 +103,18 @@ class HarnessSupervisor:
             if reliable:
                 self.reliable_batches.append(list(records))
             self.records.extend(records)
-            if metadata and POSITION_KEY in metadata:
-                self.positions.append(metadata[POSITION_KEY])
+            if position is not None:
+                self.positions.append(position)
             self._changed.notify_all()
 
-    def push_table(self, data: Any, metadata: Any, reliable: bool) -> None:
+    def push_table(self, data: Any, metadata: Any, reliable: bool, position: Any = None) -> None:
         """A table of the default schema as its values, any other as one dict per row."""
         table = to_table(data, self.receiver.schema)
         self.tables_stored += 1
         if is_default(self.receiver.schema):
-            self.add_records(table.column("value").to_pylist(), metadata, reliable)
+            self.add_records(table.column("value").to_pylist(), metadata, reliable, position)
         else:
-            self.add_records(table.to_pylist(), metadata, reliable)
+            self.add_records(table.to_pylist(), metadata, reliable, position)
 
     def restart_receiver(self, message: str, error: Any, delay_ms: int | None) -> None:
         self.restarts.append(message)
