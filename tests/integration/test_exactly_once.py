@@ -4,6 +4,8 @@
   the receiver of the new context asks for it and resumes after it (no record twice).
 * kill -9 of the Redis receiver's worker between ``store`` and ``XACK``: after the
   relaunch its own pending entries that the driver had are acked, not stored again.
+* HTTP ``Idempotency-Key``: a retry after a kill -9 of the receiver's worker, and every
+  key of the window after a kill -9 of the driver (``get_or_create``), stored once.
 """
 
 from __future__ import annotations
