@@ -63,7 +63,8 @@ class IdempotencyKeys:
         self._now = now
         self._wall_now_ms = wall_now_ms
         self._lock = threading.Lock()
-        self._answers: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._answers: OrderedDict[str, tuple[float, dict[str, Any], str]] = OrderedDict()
+        """Key -> (when stored, monotonic s; first answer; its entry of a position)."""
         self._busy: set[str] = set()
         self.replayed = 0
         """Repeats answered from memory (nothing stored)."""
@@ -84,7 +85,8 @@ class IdempotencyKeys:
         """The key's records were stored: remember ``answer`` for the window."""
         with self._lock:
             self._busy.discard(key)
-            self._answers[key] = (self._now(), answer)
+            entry = _entry(key, answer.get("stored", 0), self._wall_now_ms())
+            self._answers[key] = (self._now(), answer, entry)
             self._answers.move_to_end(key)
             while len(self._answers) > self.max_keys:
                 self._answers.popitem(last=False)
@@ -103,18 +105,15 @@ class IdempotencyKeys:
         times wall-clock epoch ms so that another process (a restarted driver or executor)
         can tell their age.
         """
-        wall_ms, now = self._wall_now_ms(), self._now()
-        own = json.dumps([key, stored, wall_ms], separators=(",", ":"))
+        own = _entry(key, stored, self._wall_now_ms())
         parts = [own]
-        size = len(_HEAD) + len(_TAIL) + len(own.encode())
+        size = len(_HEAD) + len(_TAIL) + len(own)
         with self._lock:
             self._expire()
-            for other, (at, answer) in reversed(self._answers.items()):
+            for other, (_, _, entry) in reversed(self._answers.items()):
                 if other == key:
                     continue
-                at_ms = wall_ms - round((now - at) * 1000)
-                entry = json.dumps([other, answer.get("stored", 0), at_ms], separators=(",", ":"))
-                size += len(entry.encode()) + 1
+                size += len(entry) + 1
                 if size > position_bytes:
                     break
                 parts.append(entry)
@@ -134,7 +133,7 @@ class IdempotencyKeys:
                 age_s = max(0.0, (wall_ms - at_ms) / 1000.0)
                 if age_s > self.window_s or key in self._answers:
                     continue
-                self._answers[key] = (now - age_s, {"stored": stored})
+                self._answers[key] = (now - age_s, {"stored": stored}, _entry(key, stored, at_ms))
                 kept += 1
             # oldest first, as _expire and the cap expect (an earlier life's keys are older)
             for key in sorted(self._answers, key=lambda k: self._answers[k][0]):
@@ -146,7 +145,7 @@ class IdempotencyKeys:
     def _expire(self) -> None:
         horizon = self._now() - self.window_s
         while self._answers:
-            key, (at, _) = next(iter(self._answers.items()))
+            key, (at, _, _) = next(iter(self._answers.items()))
             if at >= horizon:
                 return
             del self._answers[key]
@@ -154,6 +153,11 @@ class IdempotencyKeys:
 
 _HEAD = '{"idempotency_keys":['
 _TAIL = "]}"
+
+
+def _entry(key: str, stored: int, at_ms: int) -> str:
+    """A key's entry in a position, ASCII JSON (its length is its size in bytes)."""
+    return json.dumps([key, stored, at_ms], separators=(",", ":"))
 
 
 def keys_of_position(position: str | None) -> list[tuple[str, int, int]]:
