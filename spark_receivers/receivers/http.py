@@ -37,7 +37,8 @@ already stored within ``idempotency_window_s`` gets the first answer again (with
 header ``Idempotent-Replayed: true``) and stores nothing, also after a restart of the
 receiver, its executor or the driver (``get_or_create``): the window's keys travel with
 the blocks as their source position, up to ``idempotency_position_bytes`` of the newest;
-keyed requests are stored one at a time for that. See :mod:`.http_idempotency`.
+keyed requests stored at once are grouped into one block for that
+(:mod:`.http_keyed_stores`). See :mod:`.http_idempotency`.
 
 No client mistake gets a 5xx or a traceback in the log: refusals are logged one line
 each, at most a few per ten seconds (:mod:`.http_server`). The server is aiohttp on an
@@ -61,6 +62,7 @@ from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.http_body import FORMATS, BadRequestError, parse_body
 from spark_receivers.receivers.http_idempotency import MAX_KEY_LENGTH, IdempotencyKeys
+from spark_receivers.receivers.http_keyed_stores import KeyedStores
 from spark_receivers.util.extras import AIOHTTP
 
 if TYPE_CHECKING:
@@ -115,7 +117,7 @@ class HttpReceiver(ThreadedReceiver):
         "_guard",
         "_errors",
         "_idempotency",
-        "_keyed_store_lock",
+        "_keyed_stores",
     )
     supports_timestamp = True
 
@@ -226,8 +228,9 @@ class HttpReceiver(ThreadedReceiver):
         self._guard: ConnectionGuard | None = None
         self._errors: ClientErrorLog | None = None
         self._idempotency = IdempotencyKeys(self.idempotency_window_s, self.max_idempotency_keys)
-        self._keyed_store_lock = threading.Lock()
-        """Keyed stores one at a time: the newest accepted block carries every key before it."""
+        self._keyed_stores = KeyedStores(
+            self._idempotency, self._store_group, self.idempotency_position_bytes
+        )
 
     # --- the server thread ----------------------------------------------------
 
@@ -502,7 +505,7 @@ class HttpReceiver(ThreadedReceiver):
             self._storing.discard(key)
             if f.cancelled() or f.exception() is not None:
                 self._idempotency.abandon(key)
-            # else _store_reliably remembered it, before the next keyed store began
+            # else its group remembered it, before the next group took its position
 
         future.add_done_callback(done)
         try:
@@ -533,17 +536,14 @@ class HttpReceiver(ThreadedReceiver):
             raise ReceiverError(msg)
         if key is None:
             self.store_records(records, reliable=True, times_us=arrived_us)
-        else:
-            # One at a time, remembered before the next begins: the position of each keyed
-            # block holds every key stored before it (as far as position_bytes allows).
-            with self._keyed_store_lock:
-                n = len(records)
-                keys = self._idempotency
-                position = keys.position_with(key, n, self.idempotency_position_bytes)
-                self.store_records(records, reliable=True, times_us=arrived_us, position=position)
-                keys.finish(key, {"stored": n})
+        else:  # grouped with the keyed requests being stored at once, the keys remembered
+            self._keyed_stores.store(key, records, arrived_us)
         with self._count_lock:
             self.records_stored += len(records)
+
+    def _store_group(self, records: list[Any] | pa.Array, times_us: Any, position: str) -> None:
+        """One block of a group of keyed requests (:class:`KeyedStores`' store)."""
+        self.store_records(records, reliable=True, times_us=times_us, position=position)
 
     def parse(self, body: bytes) -> list[Any] | pa.Array:
         """The records of a request body; :class:`BadRequestError` naming the bad line."""

@@ -13,8 +13,9 @@ Across a restart of the receiver (or of its executor, or of the driver with
 ``get_or_create``) the keys of the window travel with the blocks: every store with a key
 carries, as its source position, that key and the newest other keys of the window that
 fit in ``position_bytes`` (:meth:`IdempotencyKeys.position_with`), each with its answer
-and the wall-clock time it was stored. The receiver stores keyed requests one at a time,
-so the newest block the driver accepted carries every key stored before it; the driver
+and the wall-clock time it was stored. Keyed stores never overlap (they are grouped:
+:mod:`.http_keyed_stores`), so the newest block the driver accepted carries every key
+stored before it; the driver
 keeps that position (in its WAL and checkpoint when there is one), and the restarted
 receiver asks for it and remembers its keys that are still inside the window
 (:meth:`IdempotencyKeys.remember_position`). A key older than the window, or pushed out
@@ -30,7 +31,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,28 +97,30 @@ class IdempotencyKeys:
         with self._lock:
             self._busy.discard(key)
 
-    def position_with(self, key: str, stored: int, position_bytes: int) -> str:
-        """The source position of the store of ``key`` (``stored`` records): the window's keys.
+    def position_with(self, new: Sequence[tuple[str, int]], position_bytes: int) -> str:
+        """The source position of a store of the keys ``new`` (``[(key, records)]``).
 
-        ``key`` (newest) and then the remembered keys from the newest back, as long as the
-        position stays within ``position_bytes`` (``key`` itself always): JSON
-        ``{"idempotency_keys": [[key, stored, stored_at_ms], ...]}``, oldest first, the
-        times wall-clock epoch ms so that another process (a restarted driver or executor)
-        can tell their age.
+        Every key of ``new`` (the newest), then the remembered keys from the newest back,
+        as long as the position stays within ``position_bytes`` (``new`` always whole):
+        JSON ``{"idempotency_keys": [[key, stored, stored_at_ms], ...]}``, oldest first,
+        the times wall-clock epoch ms so that another process (a restarted driver or
+        executor) can tell their age.
         """
-        own = _entry(key, stored, self._wall_now_ms())
-        parts = [own]
-        size = len(_HEAD) + len(_TAIL) + len(own)
+        wall_ms = self._wall_now_ms()
+        own = [_entry(key, stored, wall_ms) for key, stored in new]
+        names = {key for key, _ in new}
+        parts: list[str] = []
+        size = len(_HEAD) + len(_TAIL) + sum(len(e) + 1 for e in own)
         with self._lock:
             self._expire()
             for other, (_, _, entry) in reversed(self._answers.items()):
-                if other == key:
+                if other in names:
                     continue
                 size += len(entry) + 1
                 if size > position_bytes:
                     break
                 parts.append(entry)
-        return _HEAD + ",".join(reversed(parts)) + _TAIL
+        return _HEAD + ",".join([*reversed(parts), *own]) + _TAIL
 
     def remember_position(self, position: str | None) -> int:
         """Remember the keys of a position :meth:`position_with` made (the driver's last).
