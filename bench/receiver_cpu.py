@@ -13,7 +13,8 @@ checking the lines, building the blocks, storing and reporting them:
   the other on one connection (its CPU is not counted);
 - ``redis``: a child process adds the lines with ``XADD`` (field ``value``, 99 bytes) to a
   redis-server started for the run; the receiver reads them as they come, up to 1,000 an
-  ``XREADGROUP``;
+  ``XREADGROUP``; ``redis_no_positions``: the same receiver storing no position with its
+  batches (``bench/redis_positions.py``), what issue 33's positions cost it;
 - ``mqtt``: a child process publishes the lines at QoS 1 to a mosquitto started for the
   run (no in-flight or queue limit); the receiver subscribes at QoS 1 and acks each
   message after its batch is stored.
@@ -27,6 +28,7 @@ disturbed).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import socket
@@ -151,9 +153,13 @@ pipe.execute()
 """
 
 
-def _redis(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
+def _redis(
+    n: int, data: bytes, driver: StoreDriver, secret: str, *, positions: bool = True
+) -> float:
+    from bench.redis_positions import RedisStreamReceiverWithoutPositions
     from spark_receivers.receivers.redis_stream import RedisStreamReceiver
 
+    kind = RedisStreamReceiver if positions else RedisStreamReceiverWithoutPositions
     port = _free_port()
     root = tempfile.mkdtemp(prefix="bench-redis-")
     options = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", root]
@@ -162,9 +168,7 @@ def _redis(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
     )
     try:
         url = f"redis://127.0.0.1:{port}/0"
-        receiver = RedisStreamReceiver(
-            "lines", "bench", url=url, block_ms=100, storage_level="MEMORY_AND_DISK"
-        )
+        receiver = kind("lines", "bench", url=url, block_ms=100, storage_level="MEMORY_AND_DISK")
         sup = _supervised(receiver, driver, secret)
         deadline = time.monotonic() + 30
         while not _ping(port) and time.monotonic() < deadline:
@@ -258,6 +262,8 @@ RECEIVERS: dict[str, Callable[[int, bytes, StoreDriver, str], float]] = {
     "file_tail": _file_tail,
     "http_lines": _http_lines,
     "redis": _redis,
+    # the same storing no positions (bench/redis_positions.py): what positions cost it
+    "redis_no_positions": functools.partial(_redis, positions=False),
 }
 
 

@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from bench.child import (
     SLIDE_S,
@@ -66,6 +66,19 @@ IDLE_TIMEOUT_S = 20.0  # ... and at most this long after registration if never i
 # must measure it rather than time out.
 WAL_SYSTEMS = ("spark_receivers_wal",)
 """Systems that ask for the WAL; their steps carry ``extra["wal"]``."""
+
+
+class Feed(Protocol):
+    """Another source between the load generator and the receiver (the Redis ladder's)."""
+
+    def receiver(self) -> Any:
+        """The receiver the stream reads (its source must be up when it starts)."""
+
+    def open(self, host: str, port: int) -> None:
+        """Connect to the load generator at ``host:port`` and pass its lines on; returns."""
+
+    def close(self) -> dict[str, Any]:
+        """Stop passing lines, stop the source; what it counted, for the step's extra."""
 
 
 # -- parent side ------------------------------------------------------------------------------
@@ -139,8 +152,18 @@ def _dir_bytes(path: str | None) -> int:
 
 
 def _spark_receivers(
-    args: ChildArgs, recorder: BatchRecorder, *, wal: bool, batch_cache: bool = True
+    args: ChildArgs,
+    recorder: BatchRecorder,
+    *,
+    wal: bool,
+    batch_cache: bool = True,
+    feed: Feed | None = None,
 ) -> Stop:
+    """The spark-receivers child: a socket receiver on the load generator, or ``feed``'s.
+
+    With a ``feed`` (``bench/redis_positions.py``), its receiver reads the stream instead
+    and the feed connects to the load generator when the gate opens.
+    """
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -224,7 +247,9 @@ def _spark_receivers(
                 wal_blocks["blocks_with_wal_handle"] += with_handle
 
     gate = os.path.join(tempfile.mkdtemp(prefix="bench-gate-"), "open")
-    if args.cold:  # as users start a stream: the receiver connects as soon as it runs
+    if feed is not None:
+        receiver = feed.receiver()
+    elif args.cold:  # as users start a stream: the receiver connects as soon as it runs
         receiver = SocketTextReceiver(args.host, args.port)
     else:
         receiver = _gated_receiver_class(SocketTextReceiver)(args.host, args.port, gate=gate)
@@ -246,6 +271,8 @@ def _spark_receivers(
             **extra_start,
             **_open_gate_when_idle(ssc, recorder, gate, started, args.batch_interval_s),
         }
+    if feed is not None:
+        feed.open(args.host, args.port)
 
     def stop() -> dict[str, Any]:
         # Listener events trail the output callback; give the last ones a moment.
@@ -259,6 +286,8 @@ def _spark_receivers(
                 "checkpoint_bytes": _dir_bytes(checkpoint),
             }
         ssc.stop(graceful=False)
+        if feed is not None:
+            extra["feed"] = feed.close()
         spark.stop()
         if checkpoint:
             shutil.rmtree(checkpoint, ignore_errors=True)

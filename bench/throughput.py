@@ -43,6 +43,7 @@ from bench.receivers import (
     wal_status,
 )
 from bench.record import REPO_ROOT, Recording, RunInfo, Section, add_record_arguments
+from bench.redis_positions import run_redis_no_positions, run_redis_positions
 from bench.repeats import DEFAULT_REPEATS
 
 __all__ = ["SECTION", "SYSTEMS", "TARGETS", "main", "render", "throughput_notes"]
@@ -53,6 +54,9 @@ SYSTEMS: dict[str, Runner] = {
     "spark_receivers": run_spark_receivers,  # receiver WAL off
     "spark_receivers_wal": run_spark_receivers_wal,  # receiver and driver WAL on
     "spark_receivers_nocache": run_spark_receivers_nocache,  # batch_cache=False
+    # fed through a redis-server, WAL on; issue 33's positions cost (bench/redis_positions.py)
+    "redis_positions": run_redis_positions,
+    "redis_no_positions": run_redis_no_positions,
 }
 """Every system the ladder can run, by name."""
 DEFAULT_SYSTEMS = ("dstream", "structured_socket", "spark_receivers", "spark_receivers_wal")

@@ -34,8 +34,11 @@ client exactly what happened to its request:
 
 A request with an ``Idempotency-Key`` header (at most 255 characters) that repeats one
 already stored within ``idempotency_window_s`` gets the first answer again (with the
-header ``Idempotent-Replayed: true``) and stores nothing; see :mod:`.http_idempotency`
-(and what survives a restart there).
+header ``Idempotent-Replayed: true``) and stores nothing, also after a restart of the
+receiver, its executor or the driver (``get_or_create``): the window's keys travel with
+the blocks as their source position, up to ``idempotency_position_bytes`` of the newest;
+keyed requests stored at once are grouped into one block for that
+(:mod:`.http_keyed_stores`). See :mod:`.http_idempotency`.
 
 No client mistake gets a 5xx or a traceback in the log: refusals are logged one line
 each, at most a few per ten seconds (:mod:`.http_server`). The server is aiohttp on an
@@ -58,11 +61,8 @@ from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.source_support import now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
 from spark_receivers.receivers.http_body import FORMATS, BadRequestError, parse_body
-from spark_receivers.receivers.http_idempotency import (
-    MAX_KEY_LENGTH,
-    IdempotencyKeys,
-    position_of,
-)
+from spark_receivers.receivers.http_idempotency import MAX_KEY_LENGTH, IdempotencyKeys
+from spark_receivers.receivers.http_keyed_stores import KeyedStores
 from spark_receivers.util.extras import AIOHTTP
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ class HttpReceiver(ThreadedReceiver):
         "_guard",
         "_errors",
         "_idempotency",
+        "_keyed_stores",
     )
     supports_timestamp = True
 
@@ -141,6 +142,7 @@ class HttpReceiver(ThreadedReceiver):
         max_backoff_ms: int = 30_000,
         idempotency_window_s: float = 600.0,
         max_idempotency_keys: int = 100_000,
+        idempotency_position_bytes: int = 16_384,
         **kwargs: Any,
     ) -> None:
         for key, value in (
@@ -153,6 +155,7 @@ class HttpReceiver(ThreadedReceiver):
             ("max_connections", max_connections),
             ("max_pending_requests", max_pending_requests),
             ("max_idempotency_keys", max_idempotency_keys),
+            ("idempotency_position_bytes", idempotency_position_bytes),
         ):
             if value <= 0:
                 msg = f"{key} must be > 0, got {value!r}"
@@ -204,6 +207,7 @@ class HttpReceiver(ThreadedReceiver):
         self.address_file = address_file
         self.idempotency_window_s = idempotency_window_s
         self.max_idempotency_keys = max_idempotency_keys
+        self.idempotency_position_bytes = idempotency_position_bytes
         self._token = token.encode() if token is not None else None
         self.bound_port: int | None = None
         self.records_stored = 0
@@ -224,6 +228,9 @@ class HttpReceiver(ThreadedReceiver):
         self._guard: ConnectionGuard | None = None
         self._errors: ClientErrorLog | None = None
         self._idempotency = IdempotencyKeys(self.idempotency_window_s, self.max_idempotency_keys)
+        self._keyed_stores = KeyedStores(
+            self._idempotency, self._store_group, self.idempotency_position_bytes
+        )
 
     # --- the server thread ----------------------------------------------------
 
@@ -236,8 +243,10 @@ class HttpReceiver(ThreadedReceiver):
         self._loop, self._server_stop, self._pool = loop, asyncio.Event(), pool
         asyncio.set_event_loop(loop)
         if self.idempotency_window_s > 0:
-            # The request a crash cut off between its store and its answer: not stored twice.
-            self._idempotency.remember_position(self.accepted_position())
+            # The window's keys an earlier life (or driver) stored: their retries stored once.
+            kept = self._idempotency.remember_position(self.accepted_position())
+            if kept:
+                log.info("receiver %d: remembering %d idempotency keys", self.stream_id, kept)
         try:
             if not self.stopping:  # else interrupt() ran before the loop was set
                 loop.run_until_complete(self._run_server())
@@ -247,7 +256,7 @@ class HttpReceiver(ThreadedReceiver):
 
     @property
     def idempotency(self) -> IdempotencyKeys:
-        """The ``Idempotency-Key`` memory of this life (a restart keeps the driver's last)."""
+        """The ``Idempotency-Key`` memory (a restart gets the window's keys from the driver)."""
         return self._idempotency
 
     def interrupt(self) -> None:
@@ -494,10 +503,9 @@ class HttpReceiver(ThreadedReceiver):
             if key is None:
                 return
             self._storing.discard(key)
-            if not f.cancelled() and f.exception() is None:
-                self._idempotency.finish(key, {"stored": len(records)})
-            else:
+            if f.cancelled() or f.exception() is not None:
                 self._idempotency.abandon(key)
+            # else its group remembered it, before the next group took its position
 
         future.add_done_callback(done)
         try:
@@ -526,10 +534,16 @@ class HttpReceiver(ThreadedReceiver):
         if self.is_stopped():
             msg = "receiver is stopping"
             raise ReceiverError(msg)
-        position = None if key is None else position_of(key, len(records))
-        self.store_records(records, reliable=True, times_us=arrived_us, position=position)
+        if key is None:
+            self.store_records(records, reliable=True, times_us=arrived_us)
+        else:  # grouped with the keyed requests being stored at once, the keys remembered
+            self._keyed_stores.store(key, records, arrived_us)
         with self._count_lock:
             self.records_stored += len(records)
+
+    def _store_group(self, records: list[Any] | pa.Array, times_us: Any, position: str) -> None:
+        """One block of a group of keyed requests (:class:`KeyedStores`' store)."""
+        self.store_records(records, reliable=True, times_us=times_us, position=position)
 
     def parse(self, body: bytes) -> list[Any] | pa.Array:
         """The records of a request body; :class:`BadRequestError` naming the bad line."""

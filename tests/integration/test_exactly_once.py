@@ -4,12 +4,15 @@
   the receiver of the new context asks for it and resumes after it (no record twice).
 * kill -9 of the Redis receiver's worker between ``store`` and ``XACK``: after the
   relaunch its own pending entries that the driver had are acked, not stored again.
+* HTTP ``Idempotency-Key``: a retry after a kill -9 of the receiver's worker, and every
+  key of the window after a kill -9 of the driver (``get_or_create``), stored once.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -25,7 +28,7 @@ from pyspark import cloudpickle
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
 from harness import free_port
-from processes import wait_until
+from processes import kill_session, wait_until
 from service_fixtures import redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
@@ -470,3 +473,94 @@ def test_kill_9_of_the_redis_receivers_executor_between_store_and_xack_stores_no
     assert result["all_arrived"] and result["no_pending"]
     assert result["failure"] is None
     assert (result["missing"], result["duplicated"], result["unexpected"]) == (0, 0, 0)
+
+
+HTTP_SCENARIO = Path(__file__).with_name("http_driver_kill_scenario.py")
+
+
+def _post(port: int, body: bytes, key: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/ingest", data=body, method="POST")
+    if key is not None:
+        request.add_header("Idempotency-Key", key)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers)
+    except OSError:
+        return 0, {}  # nobody listens yet (a driver starting), or the connection broke
+
+
+def _post_until_answered(port: int, body: bytes, key: str) -> dict:
+    """POST with ``key`` again until a 200 (a client retrying); its headers."""
+    deadline = time.monotonic() + BOUND_S
+    while True:
+        status, headers = _post(port, body, key)
+        if status == 200:
+            return headers
+        assert time.monotonic() < deadline, f"{key} never acknowledged (last {status})"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(600)
+def test_http_keys_of_the_window_survive_a_driver_kill_9_with_get_or_create(tmp_path):
+    """Every key the first driver's receiver stored, retried after its driver was killed
+    with kill -9 and restarted from the checkpoint, gets its first answer and stores
+    nothing: each line ends in the batches' output once."""
+    import json
+
+    port = free_port()
+    ckpt, out = str(tmp_path / "ckpt"), tmp_path / "out"
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    cmd = [sys.executable, str(HTTP_SCENARIO), "--checkpoint", ckpt, "--out", str(out)]
+    cmd += ["--http-port", str(port)]
+    logs = [tmp_path / f"driver{i}.log" for i in (1, 2)]
+
+    def start(i: int) -> subprocess.Popen:
+        with logs[i].open("w") as log:
+            return subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def stored() -> Counter:
+        counts: Counter = Counter()
+        for path in out.glob("batch-*.json"):
+            counts.update(json.loads(path.read_text()))
+        return counts
+
+    def listening() -> bool:
+        return _post(port, b"")[0] == 200  # no key, no records: stores nothing
+
+    requests = {f"request-{i}": [f"req {i} line {j}" for j in range(10)] for i in range(20)}
+    bodies = {key: ("\n".join(lines) + "\n").encode() for key, lines in requests.items()}
+    sent = [line for lines in requests.values() for line in lines]
+    first = start(0)
+    second = None
+    try:
+        wait_until(listening, 180, "the first driver's HTTP receiver")
+        for key, body in bodies.items():
+            assert "Idempotent-Replayed" not in _post_until_answered(port, body, key)
+        wait_until(lambda: set(stored()) >= set(sent), 120, "every line in a batch")
+        kill_session(first)
+        assert first.returncode == -signal.SIGKILL
+
+        second = start(1)
+        wait_until(lambda: "RECOVERED" in logs[1].read_text(), 180, "the recovered driver")
+        wait_until(listening, 180, "the recovered driver's HTTP receiver")
+        for key, body in bodies.items():  # every client retries, its answer lost in the kill
+            headers = _post_until_answered(port, body, key)
+            assert headers.get("Idempotent-Replayed") == "true", key
+        after = ["after the restart"]
+        headers = _post_until_answered(port, b"after the restart\n", "new")
+        assert "Idempotent-Replayed" not in headers
+        wait_until(lambda: "after the restart" in stored(), 120, "the new request in a batch")
+        second.send_signal(signal.SIGTERM)  # stop_gracefully_on_shutdown
+        second.wait(90)
+        assert second.returncode == 0, logs[1].read_text()[-3000:]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                kill_session(proc)
+    counts = stored()
+    assert set(counts) == set(sent + after)  # nothing lost
+    assert [v for v, c in counts.items() if c > 1] == []  # nothing twice

@@ -18,11 +18,12 @@ from harness import HarnessSupervisor, free_port, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_receivers.errors import ConfigError
+from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 from spark_receivers.receivers import HttpReceiver
 from spark_receivers.receivers.http_body import parse_body
 from spark_receivers.receivers.http_idempotency import IdempotencyKeys, Seen
+from spark_receivers.receivers.http_keyed_stores import KeyedStores
 from spark_receivers.receivers.http_server import ClientErrorLog
 
 
@@ -633,21 +634,156 @@ def test_keys_are_forgotten_after_the_window_and_the_oldest_beyond_the_cap():
     assert keys.begin("c") is None
 
 
-def test_the_last_stored_key_survives_a_restart_through_the_accepted_position(make):
+def _restarted(port: int, positions: list[str], **kwargs) -> tuple[HttpReceiver, HarnessSupervisor]:
+    """A new receiver object on ``port`` (a restarted task) whose driver kept ``positions``."""
+    again = HttpReceiver(host="127.0.0.1", port=port, **kwargs)
+    sup = HarnessSupervisor(again)
+    sup.positions = list(positions)
+    sup.start()
+    assert wait_until(lambda: again.bound_port is not None, 10)
+    return again, sup
+
+
+def test_every_key_of_the_window_survives_a_restart_through_the_accepted_position(make):
     port = free_port()
     _, sup = make(port=port)
-    assert post(port, b"a\n", key="before-the-crash")[0] == 200
+    keys = [f"order-{i}" for i in range(20)]
+    for i, key in enumerate(keys):
+        assert post(port, f"r{i}\n".encode() * (i % 3 + 1), key=key)[0] == 200
+    assert post(port, b"", key="empty")[0] == 200  # remembered, nothing stored
+    assert post(port, b"last\n", key="last")[0] == 200
     sup.shutdown()
-    # a new receiver object (a restarted task) whose driver kept the last position
-    again = HttpReceiver(host="127.0.0.1", port=port)
-    sup2 = HarnessSupervisor(again)
-    sup2.positions = list(sup.positions)
-    sup2.start()
+    again, sup2 = _restarted(port, sup.positions)
     try:
-        assert wait_until(lambda: again.bound_port is not None, 10)
-        status, headers, body = post(port, b"a\n", key="before-the-crash")
-        assert (status, body, headers["Idempotent-Replayed"]) == (200, {"stored": 1}, "true")
+        for i, key in enumerate([*keys, "empty", "last"]):  # every client retries
+            status, headers, body = post(port, b"retry\n", key=key)
+            stored = 0 if key == "empty" else 1 if key == "last" else i % 3 + 1
+            assert (status, body, headers.get("Idempotent-Replayed")) == (
+                200,
+                {"stored": stored},
+                "true",
+            ), key
+        assert sup2.records == []  # nothing stored twice
+        assert post(port, b"new\n", key="order-new")[0] == 200  # a new key is stored
+        assert sup2.records == ["new"]
+        assert again.idempotency.replayed == len(keys) + 2
+    finally:
+        sup2.shutdown()
+
+
+def test_a_restart_forgets_keys_past_the_window_or_pushed_out_of_the_position(make):
+    port = free_port()
+    _, sup = make(port=port, idempotency_position_bytes=200)
+    for i in range(10):
+        assert post(port, b"x\n", key=f"key-{i}")[0] == 200
+    last = sup.positions[-1]
+    assert len(last.encode()) <= 200 and '"key-9"' in last and '"key-0"' not in last
+    sup.shutdown()
+    _, sup2 = _restarted(port, sup.positions)
+    try:
+        assert post(port, b"x\n", key="key-9")[1].get("Idempotent-Replayed") == "true"
+        assert post(port, b"x\n", key="key-0")[1].get("Idempotent-Replayed") is None
+        assert sup2.records == ["x"]  # key-0 was pushed out: stored again (at least once)
+    finally:
+        sup2.shutdown()
+
+
+def test_keys_come_back_from_a_position_with_their_age_and_only_inside_the_window():
+    now, wall = [1000.0], [5_000_000]
+    first = IdempotencyKeys(60.0, 10, now=lambda: now[0], wall_now_ms=lambda: wall[0])
+    assert first.begin("a") is None
+    first.finish("a", {"stored": 3})
+    now[0] += 40.0
+    wall[0] += 40_000
+    assert first.begin("b") is None
+    position = first.position_with([("b", 2)], 4096)
+    assert json.loads(position) == {"idempotency_keys": [["a", 3, 5_000_000], ["b", 2, 5_040_000]]}
+    # Another process, another monotonic clock, 10 s later on the wall clock.
+    later, wall2 = [7.0], [5_050_000]
+    second = IdempotencyKeys(60.0, 10, now=lambda: later[0], wall_now_ms=lambda: wall2[0])
+    assert second.remember_position(position) == 2
+    assert second.begin("a") == Seen({"stored": 3}) and second.begin("b") == Seen({"stored": 2})
+    later[0] += 11.0  # "a" is 61 s old now: its window is over; "b" is 21 s old
+    assert second.begin("a") is None and second.begin("b") == Seen({"stored": 2})
+    # An older release's position: one key, read as stored now.
+    third = IdempotencyKeys(60.0, 10)
+    assert third.remember_position('{"idempotency_key":"k","stored":4}') == 1
+    assert third.begin("k") == Seen({"stored": 4})
+    assert third.remember_position("not json") == 0 and third.remember_position(None) == 0
+
+
+def test_keyed_stores_made_while_one_is_stored_go_together_as_one_block():
+    keys = IdempotencyKeys(60.0, 100)
+    release = threading.Event()
+    stores: list[tuple[list, object, dict]] = []
+
+    def store(records, times_us, position) -> None:
+        stores.append((list(records), times_us, json.loads(position)))
+        if len(stores) == 1:
+            assert release.wait(30)  # the first group is slow: the others queue meanwhile
+
+    keyed = KeyedStores(keys, store, 4096)
+    threads = [
+        threading.Thread(target=keyed.store, args=(k, [f"{k}1", f"{k}2"], t))
+        for k, t in (("a", 10), ("b", 20), ("c", 30), ("d", 40))
+    ]
+    threads[0].start()
+    assert wait_until(lambda: len(stores) == 1, 10)
+    for t in threads[1:]:
+        t.start()
+    assert wait_until(lambda: keyed.queued == 3, 10)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert keyed.groups == 2 and len(stores) == 2
+    records, times, position = stores[1]
+    assert sorted(records) == ["b1", "b2", "c1", "c2", "d1", "d2"]
+    assert sorted(zip(records, times, strict=True))[0] == ("b1", 20)
+    named = [k for k, _, _ in position["idempotency_keys"]]
+    assert named[0] == "a" and sorted(named[1:]) == ["b", "c", "d"]  # the earlier group too
+    assert all(keys.begin(k) == Seen({"stored": 2}) for k in "abcd")
+
+
+def test_a_failed_group_fails_each_of_its_requests_and_remembers_none_of_their_keys():
+    keys = IdempotencyKeys(60.0, 100)
+
+    def store(records, times_us, position) -> None:
+        raise OSError("disk full")
+
+    keyed = KeyedStores(keys, store, 4096)
+    for key in ("x", "y"):
+        assert keys.begin(key) is None
+        with pytest.raises(ReceiverError, match="disk full"):
+            keyed.store(key, ["r"], 1)
+        keys.abandon(key)  # as the receiver does when the store raised
+        assert keys.begin(key) is None  # a retry is stored
+
+
+def test_concurrent_keyed_requests_all_survive_a_restart(make):
+    port = free_port()
+    _, sup = make(port=port)
+    sup.store_delay_s = 0.05  # stores overlap: the requests group
+    answers: dict[str, int] = {}
+
+    def client(i: int) -> None:
+        for j in range(5):
+            key = f"client-{i}-{j}"
+            answers[key] = post(port, f"{key}\n".encode(), key=key)[0]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(answers.values()) == {200} and len(answers) == 30
+    assert sorted(sup.records) == sorted(answers)
+    sup.shutdown()
+    again, sup2 = _restarted(port, sup.positions)
+    try:
+        for key in answers:
+            assert post(port, f"{key}\n".encode(), key=key)[1].get("Idempotent-Replayed") == "true"
         assert sup2.records == []
+        assert again.idempotency.replayed == 30
     finally:
         sup2.shutdown()
 
@@ -657,6 +793,8 @@ def test_idempotency_options_and_overlong_keys_are_refused(make):
         HttpReceiver(idempotency_window_s=-1)
     with pytest.raises(ConfigError, match="max_idempotency_keys"):
         HttpReceiver(max_idempotency_keys=0)
+    with pytest.raises(ConfigError, match="idempotency_position_bytes"):
+        HttpReceiver(idempotency_position_bytes=0)
     receiver, sup = make()
     status, _, body = post(receiver.bound_port, b"x\n", key="k" * 256)
     assert status == 400 and "Idempotency-Key" in body["error"]
