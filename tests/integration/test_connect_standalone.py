@@ -30,6 +30,7 @@ from pyspark import cloudpickle
 from standalone import WORKER_HOSTS, StandaloneCluster
 
 from spark_receivers import StorageLevel, StreamingConfig, StreamingContext
+from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -79,6 +80,42 @@ def test_the_client_sees_the_clusters_executors(connect, standalone):
     # A small job finds the executors that run its tasks: all three once they registered.
     assert wait_until(lambda: len(side.executors()) == EXECUTORS, 120), side.executors()
     assert {host for host, _ in side.executors()} == set(WORKER_HOSTS)
+
+
+def test_a_task_retried_after_its_executor_died_is_not_refused(connect):
+    """Spark retries a task whose executor died on another executor: that retry runs (a
+    receiver's returns at once and the tracker places it again) instead of being refused,
+    which had the launcher relaunch a receiver for the dead executor up to 5 times."""
+
+    def kill_my_executor_on_the_first_attempt(items):
+        """A ``run_located`` task: its first attempt kills its own executor JVM (SIGKILL), the
+        retry yields ``(item, attempt, executor id)``."""
+        from pyspark import TaskContext
+
+        from spark_receivers.rpc.hosts import executor_jvm
+        from spark_receivers.spark.receiver_task import executor_id
+
+        attempt = TaskContext.get().attemptNumber()
+        if attempt == 0:
+            jvm = executor_jvm()
+            assert jvm is not None
+            os.kill(jvm.pid, signal.SIGKILL)
+            time.sleep(60)  # ends with its executor
+        for item in items:
+            yield (item, attempt, executor_id())
+
+    side = spark_side(connect)
+    assert wait_until(lambda: len(side.executors()) == EXECUTORS, 120), side.executors()
+    host, victim = side.executors()[0]
+    there = [(7, [ExecutorCacheTaskLocation(host, victim)])]
+    for _ in range(40):  # Connect puts the task anywhere: until it lands on the victim
+        outputs, refused = side.run_located(there, kill_my_executor_on_the_first_attempt, True)
+        if not refused or victim not in executor_pids(side.app_id):
+            break
+    assert victim not in executor_pids(side.app_id), "no first attempt landed on the victim"
+    assert refused == [], "the retry on another executor was refused"
+    assert len(outputs) == 1 and outputs[0][:2] == (7, 1), outputs
+    assert outputs[0][2] != victim, outputs  # the retry ran elsewhere, and ran
 
 
 def test_custom_and_socket_receivers_deliver_every_record_once_on_the_cluster(connect):
