@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
+from spark_receivers.testing import SequenceReceiver
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,36 @@ def test_a_task_placed_on_another_executor_is_refused_and_not_run(connect):
 
 def test_custom_and_socket_receivers_deliver_every_record_once(connect):
     custom_and_socket_exactly_once(connect)
+
+
+def test_a_receiver_scheduled_on_a_host_without_executors_runs_on_the_last_try(connect):
+    """Two receivers on local[3]: the first gets the driver, the second prefers a host with
+    no executor and gets that host alone. Its tries 1-4 are refused where they land; the
+    fifth runs there and the tracker accepts it. (The tracker refused it too before, for
+    good: a host location always counts as alive, so every restart kept it.)"""
+    records = {name: [f"{name}-{i:04d}" for i in range(300)] for name in ("here", "there")}
+    ssc = StreamingContext(connect, batch_interval_ms=1000)
+    lock = threading.Lock()
+    seen: list[str] = []
+
+    def collect(df, batch_time_ms) -> None:
+        values = [r.value for r in df.collect()]
+        with lock:
+            seen.extend(values)
+
+    ssc.receiver_stream(SequenceReceiver(records["here"], chunk=50)).foreach_batch(collect)
+    there = SequenceReceiver(records["there"], chunk=50)
+    there.preferred_location = "10.255.255.1"  # no executor there
+    ssc.receiver_stream(there).foreach_batch(collect)
+    ssc.start()
+    try:
+        assert [str(x) for x in ssc.status().receiver(1).scheduled_locations] == ["10.255.255.1"]
+        assert wait_until(lambda: len(seen) >= 600, 120), ssc.status().receivers
+        info = ssc.status().receiver(1)
+    finally:
+        ssc.stop(graceful=True)
+    assert info.executor_id == "driver"
+    assert sorted(seen) == records["here"] + records["there"]
 
 
 def test_the_demo_runs_through_connect(connect_server):
