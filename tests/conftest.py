@@ -49,7 +49,11 @@ def spark():
 
 # The files whose tests use the standalone cluster (tests/integration/conftest.py): make
 # test's workers run them as one unit, so one Master + 2 Workers run at a time.
-STANDALONE_FILES = ("tests/integration/test_standalone.py", "tests/integration/test_replication.py")
+STANDALONE_FILES = (
+    "tests/integration/test_standalone.py",
+    "tests/integration/test_replication.py",
+    "tests/integration/test_connect_standalone.py",
+)
 
 
 # The files of long scenarios (a Spark, a cluster or a CLI process of their own, kills and
@@ -59,7 +63,7 @@ STANDALONE_FILES = ("tests/integration/test_standalone.py", "tests/integration/t
 # ingest-crash file without the 480 s a Ctrl-C hang, since fixed, cost it): make test's
 # workers start them in this order, so the longest never starts last.
 SLOW_FILES = (
-    *STANDALONE_FILES,  # 392 s
+    *STANDALONE_FILES,  # 392 s, and ~120 s of test_connect_standalone.py (2026-11-28)
     "tests/test_ingest.py",  # 210 s
     "tests/integration/test_chaos.py",  # 139 s
     "tests/integration/test_broker_ingest_crash.py",  # 134 s

@@ -11,9 +11,9 @@ cancellation, the executors alive, and running one task per item
   no SparkContext, no RDD, no JVM in this process. Tasks are one DataFrame job,
   ``spark.range(0, n, 1, n).mapInArrow(...)``, one partition per item; a job group is a
   Connect operation tag (``addTag``/``interruptTag``, per thread). Connect cannot say
-  where a partition runs: with ``strict`` a task that lands on an executor its item did not
-  name does nothing and is reported refused, and the caller launches it again
-  (docs/decisions/0015-receivers-on-spark-connect.md).
+  where a partition runs: with ``strict`` a task whose first attempt lands on an executor
+  its item did not name does nothing and is reported refused, and the caller launches it
+  again (docs/decisions/0015-receivers-on-spark-connect.md).
 
 :func:`spark_side` picks the side for a session (or a ``SparkContext``).
 """
@@ -405,20 +405,28 @@ def _connect_task(
     """The ``mapInArrow`` function: partition ``i`` runs ``func`` over item ``i``.
 
     A partition whose executor is not one its item names (when it names any) yields one
-    row with ``refused`` set and runs nothing.
+    row with ``refused`` set and runs nothing. Only a task's first attempt is judged: Spark
+    retries a task whose executor was lost (or whose attempt failed) on another executor,
+    and refusing that retry would have the caller launch it again for the executor that
+    died; the retry runs ``func``, which decides (a receiver's task returns at once on a
+    retry, so its job ends and the tracker places the receiver again), as on the classic
+    side, where preferred locations do not bind a retry either.
     """
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         """See :meth:`SparkSide.run`."""
         import pyarrow as pa
+        from pyspark import TaskContext
 
         from spark_receivers.spark.receiver_task import executor_host, executor_id
 
+        ctx = TaskContext.get()
+        first = ctx is None or ctx.attemptNumber() == 0
         schema = pa.schema([("refused", pa.int64()), ("out", pa.binary())])
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 item, wanted = plan[index]
-                if wanted and not _placed(wanted, executor_host(), executor_id()):
+                if first and wanted and not _placed(wanted, executor_host(), executor_id()):
                     yield pa.record_batch(
                         [pa.array([index], pa.int64()), pa.array([None], pa.binary())],
                         schema=schema,

@@ -159,6 +159,25 @@ def test_registration_only_from_where_the_receiver_was_scheduled(parts):
         register(tracker, 7)
 
 
+def test_the_launchers_last_try_is_accepted_anywhere_until_its_job_ends(parts):
+    """Spark Connect cannot place a task: the launcher's last try runs wherever it lands."""
+    tracker, _, _, _, events, _ = parts
+    tracker.start()
+    where = tracker.tracking_infos()[0].scheduled_locations[0]
+    elsewhere = E2 if where == E1 else E1
+    assert tracker.job_starting(0) is not None
+    assert register(tracker, 0, elsewhere) is False
+    tracker.place_anywhere(0)
+    assert register(tracker, 0, elsewhere) is True
+    assert tracker.receiver_states()[0] is ReceiverState.ACTIVE
+    assert events.wait(1)[0][1].executor_id == elsewhere.executor_id
+    tracker.job_ended(0, "")  # its executor died, say
+    assert tracker.restart_receiver(0) == [where]  # the tracker's choice, alive: kept
+    assert tracker.job_starting(0) is not None
+    assert register(tracker, 0, elsewhere) is False  # strict again for the next job
+    assert register(tracker, 0, where) is True
+
+
 def test_a_start_is_settled_by_a_registration_or_by_a_job_that_ended(parts):
     tracker, *_ = parts
     assert tracker.wait_receivers_started(0) is True  # not started: nothing to wait for

@@ -1,99 +1,36 @@
 """Receivers through Spark Connect: a real Connect server, the driver's parts in this client.
 
-The server is the installed pyspark's own (``SparkConnectServer`` started with its
-``bin/spark-submit``, ``local[3]``), in a process of its own, stopped at the end. The
-client (``pyspark.sql.connect``) runs in this pytest process: it starts no JVM here, so it
-does not meet the classic session other files share (tests/conftest.py). It does set
-``SPARK_CONNECT_MODE_ENABLED`` for the process (pyspark's functions then build Connect
-columns), so the fixture restores the environment when the file is done: the classic
-tests that a worker runs after this file see a classic process again.
+The server is the installed pyspark's own, ``local[3]``, in a process of its own, stopped
+at the end; the client runs in this pytest process (tests/integration/connect_server.py
+says how, and why the environment is restored after).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from connect_server import (
+    CONNECT_ENV,
+    connect_session,
+    custom_and_socket_exactly_once,
+    start_connect_server,
+    stop_connect_server,
+    wait_until,
+)
 from queries import start_query
 
-from spark_receivers import GeneratorReceiver, LineSource, SocketTextReceiver, StreamingContext
+from spark_receivers import GeneratorReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
 from spark_receivers.testing import SequenceReceiver
-
-CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(0.05)
-    return predicate()
-
-
-def start_connect_server(log: Path, master: str = "local[3]") -> tuple[subprocess.Popen, int]:
-    """A Spark Connect server from the installed pyspark on a free loopback port."""
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    port = _free_port()
-    cmd = [
-        str(home / "bin" / "spark-submit"),
-        "--class",
-        SERVER_CLASS,
-        "--master",
-        master,
-        "--name",
-        "spark-receivers-connect-tests",
-        "--conf",
-        f"spark.connect.grpc.binding.port={port}",
-        "--conf",
-        "spark.connect.grpc.binding.address=127.0.0.1",
-        "--conf",
-        "spark.driver.bindAddress=127.0.0.1",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--conf",
-        f"spark.pyspark.python={sys.executable}",
-    ]
-    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
-    for key in CONNECT_ENV:
-        env.pop(key, None)
-    out = log.open("wb")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-    def listening() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            return False
-
-    if not _wait_until(lambda: listening() or proc.poll() is not None, 180) or not listening():
-        proc.kill()
-        proc.wait(10)
-        raise AssertionError(f"the Connect server did not listen: {log.read_text()[-3000:]}")
-    return proc, port
 
 
 @pytest.fixture(scope="module")
@@ -104,33 +41,14 @@ def connect_server(tmp_path_factory):
     try:
         yield f"sc://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_connect_server(proc)
 
 
 @pytest.fixture(scope="module")
 def connect(connect_server):
     """The file's one Connect client session; the process's environment restored after."""
-    saved = {key: os.environ.get(key) for key in CONNECT_ENV}
-    try:
-        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
-
-        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # what builder.remote() sets
-        spark = RemoteSparkSession.builder.remote(connect_server).getOrCreate()
-        try:
-            yield spark
-        finally:
-            spark.stop()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with connect_session(connect_server) as spark:
+        yield spark
 
 
 def test_the_session_is_seen_as_connect(connect):
@@ -157,42 +75,37 @@ def test_a_task_placed_on_another_executor_is_refused_and_not_run(connect):
 
 
 def test_custom_and_socket_receivers_deliver_every_record_once(connect):
-    records = [f"record-{i:05d}" for i in range(3_000)]
-    with LineSource(rate=2_000) as source:
-        ssc = StreamingContext(connect, batch_interval_ms=1000)
-        custom = ssc.receiver_stream(SequenceReceiver(records, mode="mixed", chunk=100))
-        lines = ssc.receiver_stream(SocketTextReceiver(source.host, source.port))
-        lock = threading.Lock()
-        seen: dict[str, list[str]] = {"custom": [], "socket": []}
-        counted: dict[str, int] = {"custom": 0, "socket": 0}
+    custom_and_socket_exactly_once(connect)
 
-        def collect(name):
-            def run(df, batch_time_ms):
-                n = df.count()  # two actions on one batch: a count, then the rows
-                values = [r.value for r in df.collect()]
-                assert n == len(values)
-                with lock:
-                    counted[name] += n
-                    seen[name].extend(values)
 
-            return run
+def test_a_receiver_scheduled_on_a_host_without_executors_runs_on_the_last_try(connect):
+    """Two receivers on local[3]: the first gets the driver, the second prefers a host with
+    no executor and gets that host alone. Its tries 1-4 are refused where they land; the
+    fifth runs there and the tracker accepts it. (The tracker refused it too before, for
+    good: a host location always counts as alive, so every restart kept it.)"""
+    records = {name: [f"{name}-{i:04d}" for i in range(300)] for name in ("here", "there")}
+    ssc = StreamingContext(connect, batch_interval_ms=1000)
+    lock = threading.Lock()
+    seen: list[str] = []
 
-        custom.foreach_batch(collect("custom"))
-        lines.foreach_batch(collect("socket"))
-        ssc.start()
-        try:
-            assert _wait_until(lambda: source.lines_sent >= 3_000, 90), "the socket got nothing"
-            sent = source.finish()
-            assert _wait_until(lambda: ssc.status().records_received >= sent + len(records), 90)
-        finally:
-            ssc.stop(graceful=True)
-    assert ssc.status().state == "STOPPED"
-    assert sorted(seen["custom"]) == records  # each record once, none in two batches
-    numbers = sorted(int(v.split(" ", 1)[0]) for v in seen["socket"])
-    assert numbers == list(range(sent))
-    assert counted == {"custom": len(records), "socket": sent}
-    ours = [t.name for t in threading.enumerate() if t.name.startswith("receiver-launcher")]
-    assert ours == []
+    def collect(df, batch_time_ms) -> None:
+        values = [r.value for r in df.collect()]
+        with lock:
+            seen.extend(values)
+
+    ssc.receiver_stream(SequenceReceiver(records["here"], chunk=50)).foreach_batch(collect)
+    there = SequenceReceiver(records["there"], chunk=50)
+    there.preferred_location = "10.255.255.1"  # no executor there
+    ssc.receiver_stream(there).foreach_batch(collect)
+    ssc.start()
+    try:
+        assert [str(x) for x in ssc.status().receiver(1).scheduled_locations] == ["10.255.255.1"]
+        assert wait_until(lambda: len(seen) >= 600, 120), ssc.status().receivers
+        info = ssc.status().receiver(1)
+    finally:
+        ssc.stop(graceful=True)
+    assert info.executor_id == "driver"
+    assert sorted(seen) == records["here"] + records["there"]
 
 
 def test_the_demo_runs_through_connect(connect_server):
@@ -247,7 +160,7 @@ def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(
             assert query.exception() is None, query.exception()
             return int(connect.sql(f"SELECT count(*) AS n FROM {table}").collect()[0].n)
 
-        assert _wait_until(lambda: counted() >= total, 180), query.recentProgress[-3:]
+        assert wait_until(lambda: counted() >= total, 180), query.recentProgress[-3:]
         query.processAllAvailable()
         row = connect.sql(f"SELECT count(*) AS n, count(DISTINCT value) AS d FROM {table}")
         assert tuple(row.collect()[0]) == (total, total)  # every record, none twice

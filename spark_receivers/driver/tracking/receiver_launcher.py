@@ -19,7 +19,8 @@ On Spark Connect there is no RDD: the job is a one-partition ``mapInArrow`` over
 ``spark.range`` (:class:`spark_receivers.spark.session_kind.ConnectSide`), and its
 group an operation tag. Connect cannot prefer an executor, so a task that lands on one
 the tracker did not choose starts no receiver and the job is launched again, at most
-:data:`MAX_PLACEMENT_TRIES` times; the last try runs wherever it lands.
+:data:`MAX_PLACEMENT_TRIES` times; the last try runs wherever it lands, and the tracker
+accepts its receiver there (:meth:`ReceiverJobs.place_anywhere`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class ReceiverJobs(Protocol):
 
     def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
         """Reschedule after a job ended; None when the tracker is stopping."""
+        ...
+
+    def place_anywhere(self, stream_id: int) -> None:
+        """Accept the running job's receiver from any executor, until the job ends."""
         ...
 
 
@@ -112,7 +117,7 @@ def wait_for_executors(spark: Any, timeout_s: float = 60.0) -> list[ExecutorCach
 MAX_PLACEMENT_TRIES = 5
 """Launches of a receiver's job that may be refused for landing on an executor the
 tracker did not choose (Spark Connect has no preferred locations); the last one runs
-wherever it lands."""
+wherever it lands, and the tracker accepts it there."""
 
 
 class ReceiverLauncher:
@@ -204,7 +209,7 @@ class ReceiverLauncher:
             locations = jobs.job_starting(stream_id)
             if locations is None:
                 return
-            failure, detail = self._run_job(stream_id, name, locations, task)
+            failure, detail = self._run_job(stream_id, jobs, name, locations, task)
             if self._stopping.is_set():
                 return
             jobs.job_ended(stream_id, failure, detail)
@@ -214,7 +219,12 @@ class ReceiverLauncher:
                 return
 
     def _run_job(
-        self, stream_id: int, name: str, locations: Sequence[TaskLocation], task: Any
+        self,
+        stream_id: int,
+        jobs: ReceiverJobs,
+        name: str,
+        locations: Sequence[TaskLocation],
+        task: Any,
     ) -> tuple[str, str]:
         """Run one job of the receiver: ``('', '')`` when it ended, else why (one line, all)."""
         side = self._side
@@ -226,6 +236,8 @@ class ReceiverLauncher:
         try:
             for attempt in range(1, MAX_PLACEMENT_TRIES + 1):
                 strict = attempt < MAX_PLACEMENT_TRIES
+                if not strict:
+                    jobs.place_anywhere(stream_id)  # else the tracker refuses it in turn
                 _, refused = side.run_located([(stream_id, locations)], task, strict=strict)
                 if not refused or self._stopping.is_set():
                     break

@@ -260,6 +260,7 @@ class ReceiverTracker:
         """
         with self._lock:
             r = self._receivers[stream_id]
+            r.anywhere = False
             vanished = r.state is ReceiverState.ACTIVE
             executor = r.info.running_executor
             if vanished or failure:
@@ -275,6 +276,16 @@ class ReceiverTracker:
             self._record_error(stream_id, f"{message}{where}{why}", detail or failure)
             self._count_failure(stream_id, f"{message}{where}{why}")
         log.info("receiver %d job ended%s", stream_id, ": failed" if failure else "")
+
+    def place_anywhere(self, stream_id: int) -> None:
+        """Accept the receiver from whatever executor its running job lands on.
+
+        The launcher's last placement try on Spark Connect (which cannot place a task)
+        runs wherever it lands: refusing it there too would leave a receiver whose chosen
+        executors have no free slot never running. Until the job ends (:meth:`job_ended`).
+        """
+        with self._lock:
+            self._receivers[stream_id].anywhere = True
 
     def restart_receiver(self, stream_id: int) -> Sequence[TaskLocation] | None:
         """Where a receiver whose job ended runs next: its old executors if alive, else new ones."""
@@ -366,7 +377,9 @@ class ReceiverTracker:
                 )
             if r.restarts.gave_up:
                 return False  # the context is failing: this receiver restarted too often
-            if not any(accepts(loc, msg_.host, msg_.executor_id) for loc in allowed):
+            if not r.anywhere and not any(
+                accepts(loc, msg_.host, msg_.executor_id) for loc in allowed
+            ):
                 log.warning(
                     "refusing receiver %d from executor %s on %s: it is scheduled on %s",
                     msg_.stream_id,

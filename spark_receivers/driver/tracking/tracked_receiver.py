@@ -70,6 +70,9 @@ class TrackedReceiver:
         default_factory=lambda: RestartCounter(RestartPolicy())
     )
     """Its recent failures under the restart policy."""
+    anywhere: bool = False
+    """Its running job may register from any executor (the launcher's last placement try
+    on Spark Connect, which cannot place a task); until that job ends."""
 
     @classmethod
     def of(cls, receiver: Receiver, policy: RestartPolicy | None = None) -> TrackedReceiver:
