@@ -7,7 +7,7 @@ server in this process (the receiver's role), then times, per iteration on local
 
 - ``build``: ``block_source.blocks_dataframe`` (the driver builds the batch's DataFrame);
 - ``count_ds`` / ``wc_ds``: a line count / the benchmark's word count over that DataFrame
-  (reads every block through the Python data source and Flight);
+  (reads every block in mapInArrow tasks through Flight);
 - ``count_cached`` / ``wc_cached``: the same over the same lines cached in Spark (Spark alone).
 
 ``*_ds - *_cached`` is what our read path adds to a batch. Prints every iteration and the
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    block_source.register(spark)
     secret = new_secret()
     lines = warmup_lines(args.lines)
     per = len(lines) // args.blocks

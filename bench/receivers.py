@@ -183,7 +183,7 @@ def _spark_receivers(
     spark.sparkContext.setLogLevel("WARN")
     lines_in = batch_query(args.pipeline)
 
-    # The peers warm their batch pipeline; ours reads blocks through the Python data source
+    # The peers warm their batch pipeline; ours reads blocks in mapInArrow tasks
     # from a Flight block server, so warm exactly that (the first read of a cold worker costs
     # ~10 s on this machine, which would otherwise land in the measured window).
     if not args.cold:
@@ -386,7 +386,6 @@ def _warm_block_source(spark: Any, lines_in: Any, blocks: int = 5) -> None:
             m.ReceivedBlockInfo(0, name, t.num_rows, 0, server.address, t.nbytes)
             for name, t in tables.items()
         ]
-        block_source.register(spark)
         schema = from_arrow_schema(DEFAULT_SCHEMA)
         for _ in range(2):
             lines_in(block_source.blocks_dataframe(spark, infos, schema, secret))

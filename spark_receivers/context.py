@@ -276,7 +276,9 @@ class StreamingContext:
                 # Durable source names (MQTT client ids) come from the checkpoint's own id.
                 self.config = self.config.replace(job_id=checkpoint_job_id(self.checkpoint_dir))
             # Network, memory budget, executors' package: one clear error here, or go.
-            deployment = prepare(self.spark, self.config, self._spark_conf)
+            deployment = prepare(
+                self.spark, self.config, self._spark_conf, bool(self._graph.structured_ids)
+            )
             assert deployment.side is not None
             self._prepare_sources(JobName(deployment.config.job_id, deployment.side.app_id))
             self._progress.new_run(stream_uuid(self.checkpoint_dir))

@@ -121,10 +121,14 @@ def _size(conf: dict[str, str], key: str, default_unit: str, default: str = "0")
     return parse_size(raw + default_unit if raw.isdigit() else raw, key)
 
 
-def prepare(spark: Any, config: StreamingConfig, conf: dict[str, str]) -> Deployment:
+def prepare(
+    spark: Any, config: StreamingConfig, conf: dict[str, str], structured: bool = True
+) -> Deployment:
     """Settle the network, the memory budget and the executors (see the module doc).
 
-    ``spark``: the SparkSession (classic or Spark Connect), its SparkContext or its side.
+    ``spark``: the SparkSession (classic or Spark Connect), its SparkContext or its side;
+    ``structured``: the graph has structured streams (read through a Python data source
+    that the driver plans).
     """
     side = spark_side(spark)
     network = driver_network(config, conf)
@@ -135,7 +139,8 @@ def prepare(spark: Any, config: StreamingConfig, conf: dict[str, str]) -> Deploy
         else "spark.driver.bindAddress (or spark.driver.host)",
     )
     _check_tls_files(config, "the driver")
-    _check_driver_python(side.python_exec)
+    if structured:
+        _check_driver_python(side.python_exec)
     master = side.master
     if config.block_store_memory_bytes == 0:
         budget = (
@@ -170,19 +175,20 @@ def _check_tls_files(config: StreamingConfig, where: str) -> None:
 def _check_driver_python(python: str) -> None:
     """Refuse a relative ``spark.pyspark.python`` that does not exist where the driver runs.
 
-    Batches are read through a Python data source, which Spark plans in a Python
-    worker the driver starts with that same path (relative to the driver's working
-    directory): ``./env/bin/python`` of ``--archives env.tar.gz#env`` exists on the
-    executors only, and every batch would fail.
+    A structured stream is read through a Python data source, which Spark plans in a
+    Python worker the driver starts with that same path (relative to the driver's
+    working directory): ``./env/bin/python`` of ``--archives env.tar.gz#env`` exists on
+    the executors only, and every trigger would fail. (Receiver streams' batches are read
+    by ``mapInArrow`` tasks on the executors: the driver starts no Python worker for them.)
     """
     if not python or os.path.isabs(python) or os.sep not in python or os.path.exists(python):
         return
     msg = (
         f"spark.pyspark.python={python!r} does not exist in the driver's working directory "
-        f"({os.getcwd()}): Spark plans Python data sources (how batches are read) in a Python "
-        "worker the driver starts with that path. In client mode unpack the same archive "
-        "there too (mkdir -p env && tar -xzf env.tar.gz -C env), or give a path that exists "
-        f"on the driver and every executor (see {DOCS})"
+        f"({os.getcwd()}): Spark plans Python data sources (how structured streams are "
+        "read) in a Python worker the driver starts with that path. In client mode unpack "
+        "the same archive there too (mkdir -p env && tar -xzf env.tar.gz -C env), or give a "
+        f"path that exists on the driver and every executor (see {DOCS})"
     )
     raise ConfigError(msg)
 

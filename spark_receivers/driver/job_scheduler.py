@@ -139,7 +139,6 @@ class JobScheduler:
         """Completed batches whose blocks a window may still read, by batch time."""
         # Every part is made here, in the order each needs the ones before it; none
         # runs a thread or answers a call before start().
-        block_source.register(spark)
         if graph.structured_ids:
             stream_source.register(spark)
         self.block_tracker = open_block_tracker(

@@ -1,27 +1,32 @@
-"""Reads a batch's blocks as a DataFrame, through the Python Data Source API.
+"""Reads a batch's blocks as a DataFrame: a ``mapInArrow`` over one row per read task.
 
-Each batch is ``spark.read.format("spark_receivers_blocks")`` with the batch's
-blocks in its options and the stream's schema. The blocks, in allocation order,
-are grouped into at most ``max_partitions`` partitions (the default parallelism:
-one Python task per block costs more than the reading) of about equal record
-counts; each is read on an executor as Arrow record batches from the block
-server of the receiver that holds it (authenticated), falling back to the block's record in
-the receiver write-ahead log under the ``checkpoint_dir`` option. A block that
+Each batch is ``spark.range(n, numPartitions=n).mapInArrow(BlockRead(...), schema)``: the
+blocks, in allocation order, are grouped into at most ``max_partitions`` runs of about
+equal record counts (the default parallelism: one Python task per block costs more than
+the reading), and task ``i`` reads run ``i`` on an executor as Arrow record batches from
+the block server of the receiver that holds each block (authenticated), falling back to
+the block's record in the receiver write-ahead log under ``checkpoint_dir``. A block that
 cannot be read fails the batch with an error that names it — or, with
 ``lost_block_policy=skip``, is left out and reported to the driver's tracker
 (``ReportLostBlock``): never silently skipped.
+
+Why not the Python Data Source API (used until 2026-11-28, decision 0019): a data source
+is planned for every new DataFrame, by Python planner processes on the driver (create the
+source, plan the read), and every batch is a new DataFrame. That planning was the largest
+share of the JVM's per-batch work (decisions 0011, 0013) and about half of a small
+batch's ``count()``. A ``mapInArrow`` is planned by Spark alone; its tasks run in the same
+reused Python workers as any Arrow UDF. The batch's DataFrame is aliased
+(:func:`batch_alias`) so that the batch reader can find its reads in query plans.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.tls import TlsConfig
@@ -31,11 +36,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-FORMAT = "spark_receivers_blocks"
 SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact it
-BATCH_KEY_OPTION = "batch_key"
-"""``<stream id>:<batch time ms>``: names the batch's relation in a plan (the reader ignores
-it; ``driver/batch_reader.py`` counts the queries that read it)."""
+BATCH_ALIAS_PREFIX = "spark_receivers_batch_"
+"""The alias of a batch's DataFrame starts so, then ``<stream id>_<batch time ms>``: it
+names the batch in query plans (``driver/batches/batch_reader.py`` counts the queries
+that read it)."""
 _TLS_OPTIONS = ("cert_file", "key_file", "ca_file", "server_name")
 
 
@@ -58,14 +63,6 @@ def tls_from_options(options: Mapping[str, str]) -> TlsConfig | None:
         options.get("tls_server_name") or None,
         options.get("tls_client_auth") == "true",
     )
-
-
-class BlockPartition(InputPartition):  # type: ignore[misc]
-    """Consecutive blocks read by one task."""
-
-    def __init__(self, index: int, blocks: list[dict[str, Any]]) -> None:
-        super().__init__(index)
-        self.blocks = blocks
 
 
 def group_blocks(blocks: list[dict[str, Any]], max_partitions: int) -> list[list[dict[str, Any]]]:
@@ -107,73 +104,63 @@ def conform(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
     return table.cast(schema)
 
 
-class BlockReader(DataSourceReader):  # type: ignore[misc]
-    """Partitions = runs of blocks; ``read`` streams their record batches in order."""
+class BlockRead:
+    """The ``mapInArrow`` function of a batch: task ``i`` yields the blocks of run ``i``.
 
-    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
-        self._schema = schema  # Spark's; its Arrow form is built where read() runs
-        self._blocks = json.loads(options["blocks"])
-        self._secret = options[SECRET_OPTION]
-        self._tls = tls_from_options(options)
-        self._timeout_s = float(options.get("timeout_s", "60"))
-        self._checkpoint_dir = options.get("checkpoint_dir") or None
-        self._lost_block_policy = options.get("lost_block_policy", "fail")
-        self._tracker = options.get("tracker") or None
-        self._max_partitions = int(options.get("max_partitions", "0")) or len(self._blocks)
+    Pickled with the task (the secret travels as the data source's options did, inside the
+    task, never in a plan's text). Its input is the ``id`` column of a ``range`` with one
+    row per task.
+    """
 
-    def partitions(self) -> Sequence[InputPartition]:
-        """Runs of consecutive blocks, at most ``max_partitions``.
+    def __init__(
+        self,
+        groups: list[list[dict[str, Any]]],
+        schema: StructType,
+        secret: str,
+        checkpoint_dir: str | None,
+        lost_block_policy: str,
+        tracker: str | None,
+        tls: TlsConfig | None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self._groups = groups
+        self._schema = schema  # Spark's; its Arrow form is built where the task runs
+        self._secret = secret
+        self._checkpoint_dir = checkpoint_dir
+        self._lost_block_policy = lost_block_policy
+        self._tracker = tracker
+        self._tls = tls
+        self._timeout_s = timeout_s
 
-        Without blocks (a warm-up read), ``max_partitions`` empty partitions.
-        """
-        if not self._blocks:
-            return [BlockPartition(i, []) for i in range(max(1, self._max_partitions))]
-        groups = group_blocks(self._blocks, self._max_partitions)
-        return [BlockPartition(i, g) for i, g in enumerate(groups)]
+    def __call__(self, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Read the runs named by the task's ids, block after block."""
+        arrow_schema = arrow_schema_of(self._schema)
+        for batch in ids:
+            for index in batch.column(0).to_pylist():
+                for block in self._groups[index]:
+                    table = self._fetch(block)
+                    if table is not None:
+                        yield from conform(table, arrow_schema).to_batches()
 
-    def _arrow_schema(self) -> pa.Schema | None:
-        return arrow_schema_of(self._schema) if self._schema is not None else None
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the record batches of the partition's blocks, block after block."""
+    def _fetch(self, block: dict[str, Any]) -> pa.Table | None:
         from spark_receivers.errors import BlockNotFoundError
         from spark_receivers.spark.block_fetch import fetch_block, report_lost_block
 
-        assert isinstance(partition, BlockPartition)
-        for block in partition.blocks:
-            info = ReceivedBlockInfo.from_dict(block)
-            try:
-                table = fetch_block(
-                    info, self._secret, self._timeout_s, self._checkpoint_dir, tls=self._tls
-                )
-            except BlockNotFoundError as e:
-                if self._lost_block_policy != "skip":
-                    raise
-                report_lost_block(self._tracker, self._secret, info, str(e), self._tls)
-                continue
-            yield from conform(table, self._arrow_schema()).to_batches()
+        info = ReceivedBlockInfo.from_dict(block)
+        try:
+            return fetch_block(
+                info, self._secret, self._timeout_s, self._checkpoint_dir, tls=self._tls
+            )
+        except BlockNotFoundError as e:
+            if self._lost_block_policy != "skip":
+                raise
+            report_lost_block(self._tracker, self._secret, info, str(e), self._tls)
+            return None
 
 
-class BlockDataSource(DataSource):  # type: ignore[misc]
-    """The ``spark_receivers_blocks`` data source (batch reads of received blocks)."""
-
-    @classmethod
-    def name(cls) -> str:
-        """The format name."""
-        return FORMAT
-
-    def schema(self) -> str:
-        """The default one-string-column schema (streams pass theirs explicitly)."""
-        return "value string"
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        """A reader over the blocks in the options."""
-        return BlockReader(self.options, schema)
-
-
-def register(spark: SparkSession) -> None:
-    """Register the data source with ``spark`` (idempotent)."""
-    spark.dataSource.register(BlockDataSource)
+def batch_alias(batch_key: str) -> str:
+    """The alias naming a batch (``<stream id>:<batch time ms>``) in query plans."""
+    return BATCH_ALIAS_PREFIX + batch_key.replace(":", "_")
 
 
 def default_read_partitions(sc: Any, receivers: int, configured: int = 0) -> int:
@@ -216,7 +203,7 @@ def blocks_dataframe(
     ``max_partitions`` defaults to Spark's default parallelism;
     ``lost_block_policy`` ``skip`` leaves out a block in no store (reported to
     the ``tracker`` endpoint) instead of failing the read; ``batch_key`` names the
-    relation in plans (:data:`BATCH_KEY_OPTION`).
+    batch in plans (:func:`batch_alias`).
     """
     if not blocks:
         return spark.createDataFrame([], schema)
@@ -224,20 +211,7 @@ def blocks_dataframe(
         from spark_receivers.spark.session_kind import spark_side
 
         max_partitions = spark_side(spark).default_parallelism()
-    payload = json.dumps([asdict(b) for b in blocks], separators=(",", ":"))
-    reader = (
-        spark.read.format(FORMAT)
-        .schema(schema)
-        .option("blocks", payload)
-        .option(SECRET_OPTION, secret)
-        .option("max_partitions", str(max(1, max_partitions)))
-    )
-    if checkpoint_dir:
-        reader = reader.option("checkpoint_dir", checkpoint_dir)
-    if lost_block_policy != "fail":
-        reader = reader.option("lost_block_policy", lost_block_policy)
-    if tracker:
-        reader = reader.option("tracker", tracker)
-    if batch_key:
-        reader = reader.option(BATCH_KEY_OPTION, batch_key)
-    return reader.options(**tls_options(tls)).load()
+    groups = group_blocks([asdict(b) for b in blocks], max(1, max_partitions))
+    read = BlockRead(groups, schema, secret, checkpoint_dir, lost_block_policy, tracker, tls)
+    df = spark.range(0, len(groups), 1, len(groups)).mapInArrow(read, schema)
+    return df.alias(batch_alias(batch_key)) if batch_key else df

@@ -14,7 +14,6 @@ from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.hosts import EndpointNetwork
 from spark_receivers.rpc.transport import FlightEndpoint
-from spark_receivers.spark import block_source
 
 pytestmark = pytest.mark.spark
 
@@ -72,7 +71,6 @@ def _grouped(df) -> list[tuple[str, int]]:
 
 @pytest.fixture()
 def reader(spark, store):
-    block_source.register(spark)
     r = BatchReader(spark, store.secret, None, 2, cache=True)
     yield r
     r.close()
@@ -145,7 +143,6 @@ def test_a_batch_the_user_persisted_is_dropped_with_the_batch(spark, store, read
 
 @pytest.mark.parametrize(("rows_per_task", "tasks"), [(0, 2), (1_000, 1), (150, 2), (100, 2)])
 def test_a_small_batch_is_read_by_fewer_tasks(spark, store, rows_per_task, tasks):
-    block_source.register(spark)
     reader = BatchReader(
         spark, store.secret, None, 2, cache=False, rows_per_read_task=rows_per_task
     )
@@ -171,7 +168,6 @@ def test_a_self_union_counts_as_two_reads(spark, store, reader):
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_a_second_action_reads_no_block_again_with_the_batch_cache(spark, store, cache):
-    block_source.register(spark)
     reader = BatchReader(spark, store.secret, None, 2, cache=cache)
     df = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
     assert df.count() == 300
@@ -195,7 +191,6 @@ def test_batches_without_blocks_share_one_empty_frame_and_read_nothing(spark, st
 
 
 def test_warm_up_runs_the_batch_path_and_leaves_nothing_cached(spark):
-    block_source.register(spark)
     reader = BatchReader(spark, "unused", None, 2, cache=True)
     here = EndpointNetwork("127.0.0.1", "127.0.0.1")
     assert reader.warm_up(here, 120) is True
@@ -217,7 +212,6 @@ def test_the_batch_cache_is_uncompressed_and_the_session_setting_stays(spark):
     s = CountingStore({"input-0-1-0": pa.table({"value": [value] * rows})})
     key = "spark.sql.inMemoryColumnarStorage.compressed"
     try:
-        block_source.register(spark)
         spark.conf.set(key, "true")  # the user's explicit choice, for the user's own caches
         reader = BatchReader(spark, s.secret, None, 2, cache=True)
         df = reader.read(STREAM, 1000, s.infos())  # type: ignore[arg-type]

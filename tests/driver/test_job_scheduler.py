@@ -71,6 +71,9 @@ class FakeFrame:
     def persist(self, level):
         return self
 
+    def alias(self, name):
+        return self
+
     def unpersist(self, blocking=False):
         return self
 
@@ -85,16 +88,14 @@ class FakeFrame:
         return SimpleNamespace(count=lambda: SimpleNamespace(collect=lambda: []))
 
 
-class FakeReader:
-    """``spark.read.format(...).schema(...).option(...)...load()`` without a JVM."""
+class FakeRange:
+    """``spark.range(...).mapInArrow(read, schema)`` (a batch's read) without a JVM."""
 
     def __init__(self, on_action) -> None:
         self._on_action = on_action
 
-    def __getattr__(self, name):
-        if name == "load":
-            return lambda: FakeFrame(self._on_action)
-        return lambda *args, **kwargs: self
+    def mapInArrow(self, read, schema):
+        return FakeFrame(self._on_action)
 
 
 class FakeConf(dict):
@@ -111,8 +112,10 @@ class FakeSpark:
     def __init__(self, on_action=lambda action: None) -> None:
         self.sparkContext = FakeSparkContext()
         self.conf = FakeConf()
-        self.dataSource = SimpleNamespace(register=lambda source: None)
-        self.read = FakeReader(on_action)
+        self._on_action = on_action
+
+    def range(self, *args):
+        return FakeRange(self._on_action)
 
     def createDataFrame(self, rows, schema):
         return SimpleNamespace(empty=True, count=lambda: 0)
@@ -310,7 +313,7 @@ def test_start_posts_started_warms_up_then_launches_receivers_then_starts_the_ti
     scheduler.start()
     try:
         log = world.rec.log
-        # The batch path is warmed up (a read through the data source) before any
+        # The batch path is warmed up (a read of blocks) before any
         # receiver runs and before the first batch time.
         assert log[:6] == [
             "post on_streaming_started", "executors", "read: count", "read: count", "launch 0",

@@ -78,7 +78,6 @@ def blocks(tmp_path):
 
 
 def read(spark, infos, ckpt, secret) -> list[str]:
-    block_source.register(spark)
     df = block_source.blocks_dataframe(spark, infos, SCHEMA, secret, ckpt)
     return sorted(r.value for r in df.collect())
 

@@ -4,7 +4,7 @@ The job scheduler asks :meth:`BatchReader.read` for a receiver stream's DataFram
 batch and :meth:`BatchReader.release` when the batch ended.
 
 **Repeated actions** (docs/decisions/0008-batches-as-users-write-them.md): a batch's
-DataFrame is read through the Python data source (``spark/block_source.py``): every action
+DataFrame is a ``mapInArrow`` read of its blocks (``spark/block_source.py``): every action
 on it would fetch every block again over Arrow Flight. A persisted DataFrame
 (``MEMORY_ONLY``) is read once: the first action reads the blocks and leaves the rows on
 the executors that read them, and every later action of the batch reads those (Spark's
@@ -37,8 +37,8 @@ it: the user's own caches keep the session's setting. A batch without blocks
 is one empty DataFrame per stream, made once, over an empty local relation (most actions
 on it run no Spark job).
 
-**Cold start**: the first read through the data source starts Python workers (on the
-driver to plan it, on the executors to read), imports Arrow Flight in them, opens Flight
+**Cold start**: the first read starts Python workers on the executors, imports Arrow
+Flight in them, opens Flight
 connections and runs the SQL engine's first shuffle — seconds, which used to land on the
 first batches and build a backlog. :meth:`BatchReader.warm_up` pays them before the first
 batch: it serves a small block from a Flight endpoint of its own and runs two actions on it
@@ -52,6 +52,7 @@ the context (bounded by its timeout).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -130,13 +131,15 @@ def persist_uncompressed(spark: SparkSession, df: DataFrame) -> DataFrame:
 
 
 class ScanCounter:
-    """A Spark ``QueryExecutionListener`` (a py4j callback) counting reads of batch relations.
+    """A Spark ``QueryExecutionListener`` (a py4j callback) counting reads of batches.
 
-    For every query that ran (or failed) it finds the leaves of its plan that carry a
-    ``batch_key`` option (:data:`block_source.BATCH_KEY_OPTION`) and hands their keys to
-    ``on_scans``, once per leaf (a self-union reads a batch twice). Runs on the JVM's
-    listener bus thread through py4j; never raises into the JVM.
+    For every query that ran (or failed) it finds the batches its plan reads, by the alias
+    :func:`block_source.batch_alias` gave each batch's DataFrame, and hands their keys to
+    ``on_scans``, once per time the plan names one (a self-union reads a batch twice).
+    Runs on the JVM's listener bus thread through py4j; never raises into the JVM.
     """
+
+    _ALIAS = re.compile(r"SubqueryAlias " + block_source.BATCH_ALIAS_PREFIX + r"(\d+)_(\d+)\b")
 
     def __init__(self, on_scans: Callable[[list[str]], None]) -> None:
         self._on_scans = on_scans
@@ -151,15 +154,9 @@ class ScanCounter:
 
     def _count(self, qe: Any) -> None:
         try:
-            keys: list[str] = []
-            leaves = qe.logical().collectLeaves().iterator()
-            while leaves.hasNext():
-                leaf = leaves.next()
-                if leaf.nodeName() != "DataSourceV2Relation":
-                    continue
-                key = leaf.options().get(block_source.BATCH_KEY_OPTION)
-                if key:
-                    keys.append(str(key))
+            # One py4j call: the plan's text (a walk of its nodes is a call per node).
+            plan = str(qe.logical().toString())
+            keys = [f"{s}:{t}" for s, t in self._ALIAS.findall(plan)]
             if keys:
                 self._on_scans(keys)
         except Exception:  # a count missed costs one cache, never a result
