@@ -9,6 +9,14 @@
   directory (``extra["wal"]``); :func:`wal_status` turns that into a verdict that
   ``bench/run.py`` prints in BENCHMARKS.md.
 - ``spark_receivers_nocache``: WAL off, ``batch_cache=False`` (not in the default run).
+- ``spark_receivers_connect``: WAL off, through Spark Connect (issue 34; not in the default
+  run): the child starts a Connect server of the installed pyspark
+  (``spark_receivers.testing.start_connect_server``: ``local[4]``, the same
+  :func:`~bench.child.spark_conf` as ``--conf``, loopback only) before the measured window,
+  joins it with a Connect client session (the driver's parts run in the child) and runs the
+  same pipeline; the server's JVM runs the receiver's task and the batches' jobs. The
+  server is stopped by its PID at the end; its start time is reported apart
+  (``extra["connect_server"]``).
 
 The word count is the peers' (see ``bench/peers.py``): split on spaces, replace the sequence
 number by ``#lines``, count per word, collect; the count of ``#lines`` is the batch's line
@@ -53,6 +61,7 @@ from bench.step import run_child_session
 __all__ = [
     "WAL_SYSTEMS",
     "run_spark_receivers",
+    "run_spark_receivers_connect",
     "run_spark_receivers_nocache",
     "run_spark_receivers_wal",
     "wal_status",
@@ -92,6 +101,13 @@ run_spark_receivers_wal: Runner = partial(
     run_child_session, "spark_receivers_wal", "bench.receivers"
 )
 """spark-receivers word count (or line count), receiver + driver WAL on, one session."""
+
+
+run_spark_receivers_connect: Runner = partial(
+    run_child_session, "spark_receivers_connect", "bench.receivers"
+)
+"""spark-receivers word count (or line count), WAL off, in a Spark Connect client session of a
+server the child starts before the measured window (issue 34)."""
 
 
 run_spark_receivers_nocache: Runner = partial(
@@ -158,11 +174,15 @@ def _spark_receivers(
     wal: bool,
     batch_cache: bool = True,
     feed: Feed | None = None,
+    connect: bool = False,
 ) -> Stop:
     """The spark-receivers child: a socket receiver on the load generator, or ``feed``'s.
 
     With a ``feed`` (``bench/redis_positions.py``), its receiver reads the stream instead
-    and the feed connects to the load generator when the gate opens.
+    and the feed connects to the load generator when the gate opens. With ``connect``
+    the child first starts a Spark Connect server (``args.master``, :func:`spark_conf`
+    as its ``--conf``, loopback only) and the pipeline runs in a Connect client session
+    of it; the server is stopped by its PID at the end.
     """
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -176,11 +196,22 @@ def _spark_receivers(
     )
 
     name = "spark-receivers-wal" if wal else "spark-receivers"
-    builder = SparkSession.builder.master(args.master).appName(f"bench-{name}-{args.pipeline}")
-    for k, v in spark_conf(args).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    name += "-connect" if connect else ""
+    app_name = f"bench-{name}-{args.pipeline}"
+    server: _ConnectServer | None = None
+    if connect:
+        # As a Connect user: the server is up before the user's program starts.
+        server = _start_connect_server(args, app_name)
+    began = time.monotonic()  # the user's program: the session, then the stream
+    if server is not None:
+        spark = SparkSession.builder.remote(server.url).getOrCreate()
+    else:
+        builder = SparkSession.builder.master(args.master).appName(app_name)
+        for k, v in spark_conf(args).items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()  # starts the JVM
+        spark.sparkContext.setLogLevel("WARN")
+    session_s = time.monotonic() - began
     lines_in = batch_query(args.pipeline)
 
     # The peers warm their batch pipeline; ours reads blocks in mapInArrow tasks
@@ -263,7 +294,12 @@ def _spark_receivers(
         ).foreach_batch(lambda df, t: df.collect(), "windowed_word_count")
     started = time.monotonic()
     ssc.start()
-    extra_start = {"start_returned_after_s": round(time.monotonic() - started, 2)}
+    extra_start: dict[str, Any] = {
+        "start_returned_after_s": round(time.monotonic() - started, 2),
+        "session_s": round(session_s, 2),
+    }
+    if server is not None:
+        extra_start["connect_server_start_s"] = round(server.start_s, 2)
     if args.cold:
         startup = extra_start
     else:
@@ -277,6 +313,9 @@ def _spark_receivers(
     def stop() -> dict[str, Any]:
         # Listener events trail the output callback; give the last ones a moment.
         recorder.wait_for(lambda: _all_have(recorder, "records"), 3 * args.batch_interval_s)
+        first = _first_batch_completed(recorder)
+        if first is not None:
+            startup["first_batch_after_s"] = round(first - began, 2)
         extra: dict[str, Any] = {"spark_version": spark.version, "startup": startup}
         extra["records_received"] = ssc.status().records_received
         if wal:
@@ -289,12 +328,65 @@ def _spark_receivers(
         if feed is not None:
             extra["feed"] = feed.close()
         spark.stop()
+        if server is not None:
+            server.stop()
+            extra["connect_server"] = {"pid": server.pid, "start_s": round(server.start_s, 2)}
         if checkpoint:
             shutil.rmtree(checkpoint, ignore_errors=True)
         shutil.rmtree(os.path.dirname(gate), ignore_errors=True)
         return extra
 
     return stop
+
+
+class _ConnectServer:
+    """The Connect child's server: its URL, PID and start time; stopped by PID once."""
+
+    def __init__(self, proc: Any, port: int, start_s: float, workdir: str) -> None:
+        self.proc = proc
+        self.url = f"sc://127.0.0.1:{port}"
+        self.pid = int(proc.pid)
+        self.start_s = start_s
+        self.workdir = workdir
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop the server by its PID and remove its log (idempotent)."""
+        from spark_receivers.testing import stop_connect_server
+
+        if self._stopped:
+            return
+        self._stopped = True
+        stop_connect_server(self.proc)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _start_connect_server(args: ChildArgs, app_name: str) -> _ConnectServer:
+    """A Spark Connect server of ``args.master`` with the ladder's settings, loopback only.
+
+    Its log goes to a temporary directory, removed at the stop; a failed start raises
+    with the log's tail. Stopped at the child's exit if the pipeline
+    fails before its ``stop`` (the parent kills the child's process group otherwise).
+    """
+    import atexit
+    from pathlib import Path
+
+    from spark_receivers.testing import start_connect_server
+
+    workdir = tempfile.mkdtemp(prefix="bench-connect-")
+    t = time.monotonic()
+    proc, port = start_connect_server(
+        Path(workdir) / "server.log", master=args.master, conf=spark_conf(args), app_name=app_name
+    )
+    server = _ConnectServer(proc, port, time.monotonic() - t, workdir)
+    atexit.register(server.stop)
+    return server
+
+
+def _first_batch_completed(recorder: BatchRecorder) -> float | None:
+    """When (monotonic s) the first batch that processed lines completed, if one did."""
+    done = [e for e in recorder.entries() if e.get("lines") and "completed_s" in e]
+    return min(done, key=lambda e: e["batch_id"])["completed_s"] if done else None
 
 
 def _gated_receiver_class(base: type) -> type:
@@ -410,10 +502,15 @@ def _no_cache(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     return _spark_receivers(args, recorder, wal=False, batch_cache=False)
 
 
+def _connect(args: ChildArgs, recorder: BatchRecorder) -> Stop:
+    return _spark_receivers(args, recorder, wal=False, connect=True)
+
+
 PIPELINES: dict[str, Pipeline] = {
     "spark_receivers": _wal_off,
     "spark_receivers_wal": _wal_on,
     "spark_receivers_nocache": _no_cache,
+    "spark_receivers_connect": _connect,
 }
 
 if __name__ == "__main__":

@@ -8,14 +8,23 @@
 * :class:`ManualClock` moves only when told, for code that takes a clock.
 * :class:`SequenceReceiver` and :class:`CountingReceiver` feed a pipeline known
   records on local Spark.
+* :func:`start_connect_server` and :func:`stop_connect_server` run a Spark Connect
+  server from the installed pyspark in a process of its own, on loopback, to test a
+  pipeline through a Connect client session (``SparkSession.builder.remote``).
 
 docs/testing.md walks through them.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -28,7 +37,21 @@ from spark_receivers.rpc.auth import new_secret
 from spark_receivers.rpc.transport import EndpointClient, FlightEndpoint
 from spark_receivers.util.clock import ManualClock
 
-__all__ = ["CountingReceiver", "ManualClock", "SequenceReceiver", "StandInTracker", "supervise"]
+__all__ = [
+    "CONNECT_ENV",
+    "CountingReceiver",
+    "ManualClock",
+    "SequenceReceiver",
+    "StandInTracker",
+    "start_connect_server",
+    "stop_connect_server",
+    "supervise",
+]
+
+CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+"""The environment variables that make pyspark a Connect client; a server's process must
+not inherit them (:func:`start_connect_server` removes them)."""
+_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 class SequenceReceiver(Receiver):
@@ -259,3 +282,85 @@ def supervise(
     return ReceiverSupervisor(
         receiver, stream_id, tracker.endpoint.address, tracker.secret, cfg, "127.0.0.1", "driver"
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def start_connect_server(
+    log: Path,
+    master: str = "local[3]",
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    app_name: str = "spark-receivers-connect-tests",
+    timeout_s: float = 180.0,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A Spark Connect server from the installed pyspark on a free loopback port.
+
+    Runs ``$SPARK_HOME/bin/spark-submit --class SparkConnectServer --master MASTER`` of
+    the pyspark package in a process of its own (its output to ``log``), bound to
+    127.0.0.1, UI off, its Python workers on this interpreter. ``conf``: more
+    ``--conf`` entries (they win over those defaults); ``env``: its environment (this
+    process's by default, without :data:`CONNECT_ENV`). Returns once the gRPC port
+    accepts connections: ``(process, port)``, the client's URL being
+    ``sc://127.0.0.1:PORT``. Raises ``RuntimeError`` with the log's tail when the server
+    exits or does not listen within ``timeout_s``. Stop it with
+    :func:`stop_connect_server`.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    port = _free_port()
+    confs = {
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.pyspark.python": sys.executable,
+        **(conf or {}),
+    }
+    cmd = [str(home / "bin" / "spark-submit"), "--class", _SERVER_CLASS, "--master", master]
+    cmd += ["--name", app_name]
+    cmd += [x for key, value in confs.items() for x in ("--conf", f"{key}={value}")]
+    environ = {
+        **(os.environ if env is None else env),
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    for key in CONNECT_ENV:
+        environ.pop(key, None)
+    with Path(log).open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
+    deadline = time.monotonic() + timeout_s
+    # Another process's port: nothing to wait on but the port itself.
+    while not _listening(port) and proc.poll() is None and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    if not _listening(port):
+        stop_connect_server(proc)
+        tail = Path(log).read_text(errors="replace")[-3000:]
+        msg = f"the Connect server did not listen on 127.0.0.1:{port}: {tail}"
+        raise RuntimeError(msg)
+    return proc, port
+
+
+def stop_connect_server(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """SIGTERM the server by its PID; SIGKILL when it has not exited after ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

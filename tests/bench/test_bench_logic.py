@@ -346,6 +346,33 @@ def test_steady_from_is_the_time_after_which_every_delay_stays_under_the_interva
     assert steady_from(series(0, 0, 0, 1_200, 0), 1000) == 3.0  # a relapse restarts the clock
 
 
+def test_connect_startup_target_is_a_range_over_the_repeats_without_the_server_start():
+    """Issue 34: Connect's start-up to the first batch ≤ 1.5x the classic session's."""
+    from bench.cold_start import ColdRun, render, startup_verdict
+
+    def run(system: str, first_s: float | None, repeat: int, server_s: float = 0.0) -> ColdRun:
+        startup = {} if first_s is None else {"first_batch_after_s": first_s}
+        extra: dict = {"startup": startup}
+        if server_s:
+            extra["connect_server"] = {"start_s": server_s}
+        return ColdRun(system, 5000, 5.0, 1000.0, [], 0, extra, repeat=repeat)
+
+    classic = [run("spark_receivers", 20.0, 1), run("spark_receivers", 25.0, 2)]
+    fast = [run("spark_receivers_connect", x, i, 30.0) for i, x in ((1, 10.0), (2, 12.0))]
+    assert startup_verdict([*classic, *fast]).split(": [")[0].endswith("1.5x: met")
+    assert "[0.40x, 0.60x]" in startup_verdict([*classic, *fast])  # 10/25 .. 12/20
+    slow = [run("spark_receivers_connect", x, i, 30.0) for i, x in ((1, 40.0), (2, 45.0))]
+    assert "**not met**: [1.60x, 2.25x]" in startup_verdict([*classic, *slow])
+    straddle = [run("spark_receivers_connect", 28.0, 1, 30.0)]  # [1.12x, 1.40x]: met
+    assert ": met: " in startup_verdict([*classic, *straddle])
+    straddle.append(run("spark_receivers_connect", 33.0, 2, 30.0))  # up to 1.65x
+    assert "undecided" in startup_verdict([*classic, *straddle])
+    assert startup_verdict([*classic, run("spark_receivers_connect", None, 1)]) == ""
+    # The server's 30 s start is a column of its own, in no ratio.
+    text = render({"runs": [asdict(r) for r in [*classic, *fast]]})
+    assert "| spark_receivers_connect | 1 | 30.0 s | - | - | 10.0 s |" in text
+
+
 def test_repeated_actions_section_compares_first_and_second_and_judges_the_empty_batch():
     from bench.repeated_actions import render
 

@@ -1,10 +1,11 @@
 """A Spark Connect server for the tests, its client session, and a scenario both files run.
 
 The server is the installed pyspark's own (``SparkConnectServer`` started with its
-``bin/spark-submit``), in a process of its own, stopped by PID. Its master is
-``local[3]`` (tests/integration/test_connect.py) or the tests' standalone cluster
-(tests/integration/test_connect_standalone.py). The client (``pyspark.sql.connect``)
-runs in the pytest process: it starts no JVM there. It does set
+``bin/spark-submit``), in a process of its own, stopped by PID: started by
+``spark_receivers.testing.start_connect_server`` (the benchmarks start theirs with it
+too). Its master is ``local[3]`` (tests/integration/test_connect.py) or the tests'
+standalone cluster (tests/integration/test_connect_standalone.py). The client
+(``pyspark.sql.connect``) runs in the pytest process: it starts no JVM there. It does set
 ``SPARK_CONNECT_MODE_ENABLED`` for the process (pyspark's functions then build Connect
 columns), so :func:`connect_session` restores the environment when it ends: the classic
 tests that a worker runs after a Connect file see a classic process again.
@@ -13,27 +14,28 @@ tests that a worker runs after a Connect file see a classic process again.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
-from spark_receivers.testing import SequenceReceiver
+from spark_receivers.testing import (
+    CONNECT_ENV,
+    SequenceReceiver,
+    start_connect_server,
+    stop_connect_server,
+)
 
-CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = [
+    "CONNECT_ENV",
+    "connect_session",
+    "custom_and_socket_exactly_once",
+    "start_connect_server",
+    "stop_connect_server",
+    "wait_until",
+]
 
 
 def wait_until(predicate, timeout_s: float) -> bool:
@@ -44,66 +46,6 @@ def wait_until(predicate, timeout_s: float) -> bool:
             return True
         threading.Event().wait(0.05)
     return bool(predicate())
-
-
-def start_connect_server(
-    log: Path,
-    master: str = "local[3]",
-    conf: Mapping[str, str] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> tuple[subprocess.Popen, int]:
-    """A Spark Connect server from the installed pyspark on a free loopback port.
-
-    ``conf``: more ``--conf`` entries of its ``spark-submit``; ``env``: its environment
-    (this process's by default).
-    """
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    port = free_port()
-    confs = {
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.pyspark.python": sys.executable,
-        **(conf or {}),
-    }
-    cmd = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master]
-    cmd += ["--name", "spark-receivers-connect-tests"]
-    cmd += [x for key, value in confs.items() for x in ("--conf", f"{key}={value}")]
-    environ = {
-        **(os.environ if env is None else env),
-        "SPARK_HOME": str(home),
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    for key in CONNECT_ENV:
-        environ.pop(key, None)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
-
-    def listening() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            return False
-
-    if not wait_until(lambda: listening() or proc.poll() is not None, 180) or not listening():
-        stop_connect_server(proc)
-        raise AssertionError(f"the Connect server did not listen: {log.read_text()[-3000:]}")
-    return proc, port
-
-
-def stop_connect_server(proc: subprocess.Popen) -> None:
-    """SIGTERM the server by its PID; SIGKILL after 30 s."""
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 @contextmanager

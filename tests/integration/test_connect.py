@@ -1,8 +1,9 @@
 """Receivers through Spark Connect: a real Connect server, the driver's parts in this client.
 
 The server is the installed pyspark's own, ``local[3]``, in a process of its own, stopped
-at the end; the client runs in this pytest process (tests/integration/connect_server.py
-says how, and why the environment is restored after).
+at the end (``spark_receivers.testing.start_connect_server``); the client runs in this
+pytest process (tests/integration/connect_server.py says how, and why the environment
+is restored after).
 """
 
 from __future__ import annotations
@@ -16,11 +17,8 @@ from pathlib import Path
 
 import pytest
 from connect_server import (
-    CONNECT_ENV,
     connect_session,
     custom_and_socket_exactly_once,
-    start_connect_server,
-    stop_connect_server,
     wait_until,
 )
 from queries import start_query
@@ -30,7 +28,12 @@ from spark_receivers.cli.spark_session import spark_settings
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
-from spark_receivers.testing import SequenceReceiver
+from spark_receivers.testing import (
+    CONNECT_ENV,
+    SequenceReceiver,
+    start_connect_server,
+    stop_connect_server,
+)
 
 
 @pytest.fixture(scope="module")

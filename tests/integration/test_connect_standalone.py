@@ -1,6 +1,6 @@
 """Receivers through Spark Connect whose server's master is the tests' standalone cluster.
 
-The Connect server (tests/integration/connect_server.py) is started with ``--master
+The Connect server (``spark_receivers.testing.start_connect_server``) is started with ``--master
 spark://...`` of the session's standalone cluster (tests/integration/standalone.py:
 a Master, two Workers on 127.0.0.2 and 127.0.0.3), executors of one core and 512m each;
 the client, and so the driver's parts (tracker, job generator, block tracker), run in
@@ -21,8 +21,6 @@ import replication_scenario as scenario
 from connect_server import (
     connect_session,
     custom_and_socket_exactly_once,
-    start_connect_server,
-    stop_connect_server,
     wait_until,
 )
 from processes import executor_pids
@@ -32,6 +30,7 @@ from standalone import WORKER_HOSTS, StandaloneCluster
 from spark_receivers import StorageLevel, StreamingConfig, StreamingContext
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
+from spark_receivers.testing import start_connect_server, stop_connect_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
