@@ -176,7 +176,9 @@ def json_columns(body: bytes, schema: pa.Schema, max_record_bytes: int) -> pa.Ta
     try:
         table = pa_json.read_json(
             io.BytesIO(body),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(body), 1 << 20)),
+            read_options=pa_json.ReadOptions(
+                use_threads=False, block_size=min(max(len(body), 1 << 20), 1 << 30)
+            ),
             parse_options=options,
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):

@@ -20,16 +20,24 @@ import logging
 import threading
 import time
 from collections import deque
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.bad_records import BadRecordPolicy
 from spark_receivers.receiver.source_support import JobName, durable_scope, now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
-from spark_receivers.receivers.mqtt_records import MESSAGE_FIELDS, Delivery, message_record
+from spark_receivers.receivers.mqtt_records import (
+    MESSAGE_FIELDS,
+    QOS,
+    TIME,
+    Arrival,
+    batch_columns,
+    delivery,
+    message_record,
+)
 from spark_receivers.receivers.mqtt_session import (
     NEVER_EXPIRES,
     TakeoverDetector,
@@ -160,8 +168,8 @@ class MqttReceiver(ThreadedReceiver):
         """A new queue and subscription event, no client: each run connects anew."""
         self._client: mqtt.Client | None = None
         self._client_lock = threading.Lock()  # exactly one of worker and interrupt disconnects
-        self._arrivals: deque[_Arrival] = deque()
-        """What paho's thread received, in order (see :data:`_Arrival`)."""
+        self._arrivals: deque[Arrival] = deque()
+        """What paho's thread received, in order (see :data:`.Arrival`)."""
         self._arrived = threading.Event()
         """Set by paho's thread when the first message waits, or ``max_batch`` of them."""
         self._subscribed = threading.Event()
@@ -244,8 +252,8 @@ class MqttReceiver(ThreadedReceiver):
         """The connection is gone: store its QoS 0 messages; the broker sends the others again."""
         arrivals = self._arrivals
         left = [arrivals.popleft() for _ in range(len(arrivals))]
-        if any(a[_QOS] == 0 for a in left):
-            self._store_and_ack(client, [a for a in left if a[_QOS] == 0])
+        if any(a[QOS] == 0 for a in left):
+            self._store_and_ack(client, [a for a in left if a[QOS] == 0])
 
     def interrupt(self) -> None:
         """Disconnect (unacked messages stay with the broker) and stop paho's thread."""
@@ -398,7 +406,7 @@ class MqttReceiver(ThreadedReceiver):
 
     # --- storing ------------------------------------------------------------------
 
-    def _next_batch(self) -> list[_Arrival]:
+    def _next_batch(self) -> list[Arrival]:
         """The messages waiting: up to ``max_batch``, gathered for up to ``batch_wait_ms``."""
         arrivals, arrived = self._arrivals, self._arrived
         arrived.clear()  # then look: a message appended since is seen, or sets it again
@@ -413,24 +421,24 @@ class MqttReceiver(ThreadedReceiver):
             arrived.wait(remaining)
         return [arrivals.popleft() for _ in range(min(len(arrivals), self.max_batch))]
 
-    def _store_and_ack(self, client: mqtt.Client, batch: list[_Arrival]) -> None:
+    def _store_and_ack(self, client: mqtt.Client, batch: list[Arrival]) -> None:
         """Store the batch's records, then ack its messages; bad ones go to the policy first.
 
         The payloads become one Arrow array at once (length and UTF-8 checked by Arrow),
-        under a declared schema one table (:func:`_columns`); a batch with a bad message
+        under a declared schema one table (:func:`.batch_columns`); a batch with a bad message
         goes message by message, where the policy sees which message.
         """
-        columns = _columns(batch, self.record_schema, self.default_records, self.record_limit)
+        columns = batch_columns(batch, self.record_schema, self.default_records, self.record_limit)
         if columns is not None:
-            times = pa.array([a[_TIME] for a in batch], pa.int64())
+            times = pa.array(list(map(itemgetter(TIME), batch)), pa.int64())
             self._store_then_ack(client, columns, times, batch)
             return
         records: list[Any] = []
         times_us: list[int] = []
-        done: list[_Arrival] = []
+        done: list[Arrival] = []
         limit = self.record_limit
         for arrival in batch:
-            d = _delivery(arrival)
+            d = delivery(arrival)
             try:
                 record = message_record(d, self.record_schema, self.default_records, limit)
             except ReceiverError as e:
@@ -450,7 +458,7 @@ class MqttReceiver(ThreadedReceiver):
         client: mqtt.Client,
         records: list[Any] | pa.Array,
         times: list[int] | pa.Array,
-        done: list[_Arrival],
+        done: list[Arrival],
     ) -> None:
         if len(records):
             self.store_records(records, reliable=True, times_us=times)
@@ -467,54 +475,3 @@ class MqttReceiver(ThreadedReceiver):
             client.ack(mid, qos)
             acked += 1
         self.messages_acked += acked
-
-
-_Arrival = tuple[int, int, int, int, bytes | bytearray, str, bool]
-"""A message as paho's thread queues it: (connection, arrival µs, mid, qos, payload, topic,
-retain)."""
-_TIME, _QOS, _PAYLOAD, _TOPIC, _RETAIN = 1, 3, 4, 5, 6
-
-
-def _columns(
-    batch: list[_Arrival], schema: pa.Schema, default: bool, limit: int
-) -> pa.Array | pa.Table | None:
-    """The batch's records as one Arrow array (``default``) or table of ``schema``.
-
-    None when a payload is longer than ``limit`` bytes or not UTF-8, a value does not
-    convert to its column's type (the same conversion ``check_record`` makes), or a
-    column is of a type other than the plain ones (then message by message decides).
-    """
-    data = pa.array([a[_PAYLOAD] for a in batch], pa.binary())
-    if data.nbytes > limit and pc.max(pc.binary_length(data)).as_py() > limit:
-        return None
-    try:
-        payloads = data.cast(pa.string())  # validates UTF-8
-    except pa.ArrowInvalid:
-        return None
-    if default:
-        return payloads
-    arrays = []
-    for f in schema:
-        if f.name == "payload":
-            if not pa.types.is_string(f.type):
-                return None
-            arrays.append(payloads)
-            continue
-        if f.name == "topic" and pa.types.is_string(f.type):
-            values: list[Any] = [a[_TOPIC] for a in batch]
-        elif f.name == "qos" and pa.types.is_integer(f.type):
-            values = [a[_QOS] for a in batch]
-        elif f.name == "retain" and pa.types.is_boolean(f.type):
-            values = [a[_RETAIN] for a in batch]
-        else:
-            return None
-        try:
-            arrays.append(pa.array(values, f.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            return None
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _delivery(arrival: _Arrival) -> Delivery:
-    connection, arrived_us, mid, qos, payload, topic, retain = arrival
-    return Delivery(connection, mid, qos, topic, bytes(payload), retain, arrived_us)

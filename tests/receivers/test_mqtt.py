@@ -21,7 +21,7 @@ from spark_receivers.errors import ConfigError
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 from spark_receivers.receiver.source_support import JobName
 from spark_receivers.receivers import MqttReceiver
-from spark_receivers.receivers.mqtt import _columns
+from spark_receivers.receivers.mqtt_records import batch_columns
 from spark_receivers.receivers.mqtt_session import Drop, TakeoverDetector
 
 
@@ -253,17 +253,17 @@ def _arrivals(*messages: tuple[bytes, bytes, int, bool]) -> list:
 def test_a_batch_of_payloads_is_one_arrow_array_checked_by_arrow():
     good = [(b"a", b"t/a", 1, False), ("é".encode(), b"t/a", 1, False)]
     default = DEFAULT_SCHEMA
-    assert _columns(_arrivals(*good), default, True, 100).to_pylist() == ["a", "é"]
+    assert batch_columns(_arrivals(*good), default, True, 100).to_pylist() == ["a", "é"]
     bad_utf8 = _arrivals(*good, (b"x\xff", b"t/a", 1, False))
-    assert _columns(bad_utf8, default, True, 100) is None
+    assert batch_columns(bad_utf8, default, True, 100) is None
     too_long = _arrivals(*good, (b"y" * 101, b"t/a", 1, False))
-    assert _columns(too_long, default, True, 100) is None
+    assert batch_columns(too_long, default, True, 100) is None
     schema = pa.schema([("retain", pa.bool_()), ("qos", pa.int64()), ("topic", pa.string())])
-    table = _columns(_arrivals((b"a", b"t/b", 0, True)), schema, False, 100)
+    table = batch_columns(_arrivals((b"a", b"t/b", 0, True)), schema, False, 100)
     assert table.to_pylist() == [{"retain": True, "qos": 0, "topic": "t/b"}]
     # a type the per-message check decides: message by message, which names the message
     odd = pa.schema([("qos", pa.string())])
-    assert _columns(_arrivals(*good), odd, False, 100) is None
+    assert batch_columns(_arrivals(*good), odd, False, 100) is None
 
 
 @pytest.mark.parametrize(
