@@ -10,7 +10,10 @@ checking the lines, building the blocks, storing and reporting them:
 - ``file_tail``: a file of N lines is hard-linked into the followed directory (written
   beforehand, outside the measured time);
 - ``http_lines``: a child process POSTs the lines in bodies of 10,000 lines, one request after
-  the other on one connection (its CPU is not counted);
+  the other on one connection (its CPU is not counted); ``http_json``: the same with
+  ``format="json"`` and 100-byte JSON objects (``{"n": <int>, "user": "<text>", "ok": true}``),
+  stored as their text (the default schema); ``http_json_schema``: the same objects into
+  the declared schema ``n bigint, user string, ok boolean`` (three columns);
 - ``redis``: a child process adds the lines with ``XADD`` (field ``value``, 99 bytes) to a
   redis-server started for the run; the receiver reads them as they come, up to 1,000 an
   ``XREADGROUP``; ``redis_no_positions``: the same receiver storing no position with its
@@ -110,13 +113,20 @@ def _file_tail(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
 
 _POSTER = """
 import http.client, sys
-host, port, lines, per, size = sys.argv[1], *map(int, sys.argv[2:6])
+host, port, lines, per, size, kind = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
 filler = "x" * (size - 12)
+json_filler = "x" * (size - 42)
 conn = http.client.HTTPConnection(host, port)
 sent = 0
 while sent < lines:
     k = min(per, lines - sent)
-    body = "".join(f"{i:010d} {filler}\\n" for i in range(sent, sent + k)).encode()
+    if kind == "json":
+        body = "".join(
+            f'{{"n": {i:10d}, "user": "{json_filler}", "ok": true}}\\n'
+            for i in range(sent, sent + k)
+        ).encode()
+    else:
+        body = "".join(f"{i:010d} {filler}\\n" for i in range(sent, sent + k)).encode()
     conn.request("POST", "/ingest", body, {"Content-Type": "text/plain"})
     answer = conn.getresponse()
     answer.read()
@@ -126,17 +136,27 @@ while sent < lines:
 """
 
 
-def _http_lines(n: int, data: bytes, driver: StoreDriver, secret: str) -> float:
+def _http(
+    n: int, data: bytes, driver: StoreDriver, secret: str, *, format: str = "lines", **kwargs: Any
+) -> float:
     from spark_receivers.receivers.http import HttpReceiver
 
-    receiver = HttpReceiver("127.0.0.1", 0, idempotency_window_s=0, storage_level="MEMORY_AND_DISK")
+    receiver = HttpReceiver(
+        "127.0.0.1",
+        0,
+        format=format,
+        idempotency_window_s=0,
+        storage_level="MEMORY_AND_DISK",
+        **kwargs,
+    )
     sup = _supervised(receiver, driver, secret)
     sup.start()
     deadline = time.monotonic() + 30
     while receiver.bound_port is None and time.monotonic() < deadline:
         time.sleep(0.01)
     cmd = [sys.executable, "-c", _POSTER, "127.0.0.1", str(receiver.bound_port)]
-    return _cpu_to_store(sup, n, _feeder([*cmd, str(n), str(BODY_LINES), str(LINE_BYTES)]))
+    args = [str(n), str(BODY_LINES), str(LINE_BYTES), format]
+    return _cpu_to_store(sup, n, _feeder([*cmd, *args]))
 
 
 _ADDER = """
@@ -260,7 +280,11 @@ def _listening(port: int) -> bool:
 RECEIVERS: dict[str, Callable[[int, bytes, StoreDriver, str], float]] = {
     "mqtt": _mqtt,
     "file_tail": _file_tail,
-    "http_lines": _http_lines,
+    "http_lines": _http,
+    "http_json": functools.partial(_http, format="json"),
+    "http_json_schema": functools.partial(
+        _http, format="json", schema="n bigint, user string, ok boolean"
+    ),
     "redis": _redis,
     # the same storing no positions (bench/redis_positions.py): what positions cost it
     "redis_no_positions": functools.partial(_redis, positions=False),

@@ -54,18 +54,21 @@ def with_timestamp(schema: pa.Schema, owner: str) -> pa.Schema:
 
 
 def table_with_times(
-    records: list[Any] | pa.Array,
+    records: list[Any] | pa.Array | pa.Table,
     record_schema: pa.Schema,
     times_us: int | Sequence[int] | pa.Array | None = None,
 ) -> pa.Table:
     """``records`` of ``record_schema`` as a table with the ``timestamp`` column appended.
 
-    ``records`` is a list of records, or an Arrow array (the one column of the
-    default schema); ``times_us`` one time for all of them (None: now) or one per
-    record (a list or an Arrow integer array), in microseconds since the epoch.
+    ``records`` is a list of records, an Arrow array (the one column of the
+    default schema) or an Arrow table of ``record_schema``; ``times_us`` one time for
+    all of them (None: now) or one per record (a list or an Arrow integer array), in
+    microseconds since the epoch.
     """
     if isinstance(records, pa.Array):
         table = pa.Table.from_arrays([records], schema=record_schema)
+    elif isinstance(records, pa.Table):
+        table = records
     else:
         table = records_to_table(records, record_schema)
     if times_us is None:

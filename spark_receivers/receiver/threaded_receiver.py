@@ -294,7 +294,7 @@ class ThreadedReceiver(Receiver):
 
     def store_records(
         self,
-        records: list[Any] | pa.Array,
+        records: list[Any] | pa.Array | pa.Table,
         *,
         reliable: bool = False,
         times_us: Any = None,
@@ -302,9 +302,10 @@ class ThreadedReceiver(Receiver):
     ) -> None:
         """``store(records, reliable=reliable, position=position)``, with ``timestamp`` if asked.
 
-        ``records`` is a list of records, or an Arrow array: the one column of the
+        ``records`` is a list of records, an Arrow array: the one column of the
         default :attr:`record_schema` (as :func:`~spark_receivers.receiver.lines.split_lines`
-        makes it), stored as one table without a Python object per record.
+        makes it), or an Arrow table of :attr:`record_schema`; an array or a table is
+        stored as one table without a Python object per record.
         With ``include_timestamp`` the records become one Arrow table with the
         ``timestamp`` column: ``times_us`` is one time for all (default: now) or
         one per record, in microseconds since the epoch. Blocks as :meth:`store`.
@@ -317,6 +318,8 @@ class ThreadedReceiver(Receiver):
         elif isinstance(records, pa.Array):
             table = pa.Table.from_arrays([records], schema=self.schema)
             self.store(table, reliable=reliable, position=position)
+        elif isinstance(records, pa.Table):
+            self.store(records, reliable=reliable, position=position)
         else:
             self.store(records, reliable=reliable, position=position)
 

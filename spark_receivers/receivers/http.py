@@ -488,7 +488,7 @@ class HttpReceiver(ThreadedReceiver):
         return None
 
     async def _store(
-        self, records: list[Any] | pa.Array, arrived_us: int, key: str | None = None
+        self, records: list[Any] | pa.Array | pa.Table, arrived_us: int, key: str | None = None
     ) -> web.StreamResponse:
         from aiohttp import web
 
@@ -529,7 +529,7 @@ class HttpReceiver(ThreadedReceiver):
         return web.json_response({"stored": len(records)})
 
     def _store_reliably(
-        self, records: list[Any] | pa.Array, arrived_us: int, key: str | None = None
+        self, records: list[Any] | pa.Array | pa.Table, arrived_us: int, key: str | None = None
     ) -> None:
         if self.is_stopped():
             msg = "receiver is stopping"
@@ -541,10 +541,12 @@ class HttpReceiver(ThreadedReceiver):
         with self._count_lock:
             self.records_stored += len(records)
 
-    def _store_group(self, records: list[Any] | pa.Array, times_us: Any, position: str) -> None:
+    def _store_group(
+        self, records: list[Any] | pa.Array | pa.Table, times_us: Any, position: str
+    ) -> None:
         """One block of a group of keyed requests (:class:`KeyedStores`' store)."""
         self.store_records(records, reliable=True, times_us=times_us, position=position)
 
-    def parse(self, body: bytes) -> list[Any] | pa.Array:
+    def parse(self, body: bytes) -> list[Any] | pa.Array | pa.Table:
         """The records of a request body; :class:`BadRequestError` naming the bad line."""
         return parse_body(body, self.format, self.record_schema, self.record_limit)

@@ -40,7 +40,7 @@ StoreGroup = Callable[[Any, "int | list[int]", str], None]
 @dataclass(eq=False)
 class _Request:
     key: str
-    records: list[Any] | pa.Array
+    records: list[Any] | pa.Array | pa.Table
     arrived_us: int
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -65,7 +65,7 @@ class KeyedStores:
         with self._queue_lock:
             return len(self._queue)
 
-    def store(self, key: str, records: list[Any] | pa.Array, arrived_us: int) -> None:
+    def store(self, key: str, records: list[Any] | pa.Array | pa.Table, arrived_us: int) -> None:
         """Store ``records`` of the request with ``key`` reliably, then remember the key.
 
         Blocks until its group was stored; raises :class:`ReceiverError` when it failed.
@@ -101,14 +101,28 @@ class KeyedStores:
                 r.done.set()
 
 
-def _combined(group: list[_Request]) -> tuple[list[Any] | pa.Array, int | list[int]]:
-    """The group's records as one list or Arrow array, and their arrival times."""
+def _combined(
+    group: list[_Request],
+) -> tuple[list[Any] | pa.Array | pa.Table, int | list[int] | pa.Array]:
+    """The group's records as one list, Arrow array or table, and their arrival times.
+
+    Arrow records (``lines``, or ``json`` under a declared schema) stay Arrow, their
+    times one Arrow array: nothing per record in Python.
+    """
     if len(group) == 1:
         return group[0].records, group[0].arrived_us
-    times = [r.arrived_us for r in group for _ in range(len(r.records))]
-    if all(isinstance(r.records, pa.Array) for r in group):
-        return pa.concat_arrays([r.records for r in group]), times
+    if all(isinstance(r.records, pa.Array | pa.Table) for r in group):
+        times = pa.concat_arrays(
+            [pa.repeat(pa.scalar(r.arrived_us, pa.int64()), len(r.records)) for r in group]
+        )
+        if all(isinstance(r.records, pa.Array) for r in group):
+            return pa.concat_arrays([r.records for r in group]), times
+        if all(isinstance(r.records, pa.Table) for r in group):
+            return pa.concat_tables([r.records for r in group]), times
     records: list[Any] = []
     for r in group:
-        records.extend(r.records.to_pylist() if isinstance(r.records, pa.Array) else r.records)
-    return records, times
+        if isinstance(r.records, pa.Table | pa.Array):  # beside a line-by-line body's records
+            records.extend(r.records.to_pylist())  # a table's rows: dicts, as that path's
+        else:
+            records.extend(r.records)
+    return records, [r.arrived_us for r in group for _ in range(len(r.records))]

@@ -17,16 +17,27 @@ docs/receivers.md says which broker settings lose nothing.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.bad_records import BadRecordPolicy
 from spark_receivers.receiver.source_support import JobName, durable_scope, now_us
 from spark_receivers.receiver.threaded_receiver import ThreadedReceiver
-from spark_receivers.receivers.mqtt_records import MESSAGE_FIELDS, Delivery, message_record
+from spark_receivers.receivers.mqtt_records import (
+    MESSAGE_FIELDS,
+    QOS,
+    TIME,
+    Arrival,
+    batch_columns,
+    delivery,
+    message_record,
+)
 from spark_receivers.receivers.mqtt_session import (
     NEVER_EXPIRES,
     TakeoverDetector,
@@ -84,7 +95,7 @@ class MqttReceiver(ThreadedReceiver):
 
     thread_name_prefix = "mqtt-receiver"
     requires = (PAHO_MQTT,)  # the [mqtt] extra
-    transient_attrs = ("_client", "_client_lock", "_queue", "_subscribed", "_lost")
+    transient_attrs = ("_client", "_client_lock", "_arrivals", "_arrived", "_subscribed", "_lost")
     supports_timestamp = True
     retained_wanted = False
     """Set on the driver when the session opened at start was new: the receiver's first
@@ -157,7 +168,10 @@ class MqttReceiver(ThreadedReceiver):
         """A new queue and subscription event, no client: each run connects anew."""
         self._client: mqtt.Client | None = None
         self._client_lock = threading.Lock()  # exactly one of worker and interrupt disconnects
-        self._queue: queue.Queue[Delivery] = queue.Queue()
+        self._arrivals: deque[Arrival] = deque()
+        """What paho's thread received, in order (see :data:`.Arrival`)."""
+        self._arrived = threading.Event()
+        """Set by paho's thread when the first message waits, or ``max_batch`` of them."""
         self._subscribed = threading.Event()
         self._lost: str | None = None  # why the connection ended, set by paho's thread
         self._connection = 0
@@ -236,14 +250,10 @@ class MqttReceiver(ThreadedReceiver):
 
     def _keep_qos0(self, client: mqtt.Client) -> None:
         """The connection is gone: store its QoS 0 messages; the broker sends the others again."""
-        left: list[Delivery] = []
-        while True:
-            try:
-                left.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        if any(d.qos == 0 for d in left):
-            self._store_and_ack(client, [d for d in left if d.qos == 0])
+        arrivals = self._arrivals
+        left = [arrivals.popleft() for _ in range(len(arrivals))]
+        if any(a[QOS] == 0 for a in left):
+            self._store_and_ack(client, [a for a in left if a[QOS] == 0])
 
     def interrupt(self) -> None:
         """Disconnect (unacked messages stay with the broker) and stop paho's thread."""
@@ -375,71 +385,93 @@ class MqttReceiver(ThreadedReceiver):
             self._lost = message
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        self._queue.put(
-            Delivery(
+        # paho's thread, per message: one tuple appended (not paho's message: a thousand of
+        # those kept alive make Python's garbage collector scan them again and again); the
+        # storing thread is woken for the first message waiting and at max_batch.
+        arrivals = self._arrivals
+        arrivals.append(
+            (
                 self._connection,
+                now_us(),
                 message.mid,
                 message.qos,
+                message.payload,
                 message.topic,
-                bytes(message.payload),
                 bool(message.retain),
-                now_us(),
             )
         )
+        n = len(arrivals)
+        if n == 1 or n >= self.max_batch:
+            self._arrived.set()
 
     # --- storing ------------------------------------------------------------------
 
-    def _next_batch(self) -> list[Delivery]:
-        try:
-            first = self._queue.get(timeout=0.2)
-        except queue.Empty:
+    def _next_batch(self) -> list[Arrival]:
+        """The messages waiting: up to ``max_batch``, gathered for up to ``batch_wait_ms``."""
+        arrivals, arrived = self._arrivals, self._arrived
+        arrived.clear()  # then look: a message appended since is seen, or sets it again
+        if not arrivals and not arrived.wait(0.2):
             return []
-        batch = [first]
         deadline = time.monotonic() + self.batch_wait_ms / 1000.0
-        while len(batch) < self.max_batch:
+        while len(arrivals) < self.max_batch:
+            arrived.clear()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or len(arrivals) >= self.max_batch:
                 break
-            try:
-                batch.append(self._queue.get(timeout=remaining))
-            except queue.Empty:
-                break
-        return batch
+            arrived.wait(remaining)
+        return [arrivals.popleft() for _ in range(min(len(arrivals), self.max_batch))]
 
-    def _store_and_ack(self, client: mqtt.Client, batch: list[Delivery]) -> None:
-        """Store the batch's records, then ack its messages; bad ones go to the policy first."""
+    def _store_and_ack(self, client: mqtt.Client, batch: list[Arrival]) -> None:
+        """Store the batch's records, then ack its messages; bad ones go to the policy first.
+
+        The payloads become one Arrow array at once (length and UTF-8 checked by Arrow),
+        under a declared schema one table (:func:`.batch_columns`); a batch with a bad message
+        goes message by message, where the policy sees which message.
+        """
+        columns = batch_columns(batch, self.record_schema, self.default_records, self.record_limit)
+        if columns is not None:
+            times = pa.array(list(map(itemgetter(TIME), batch)), pa.int64())
+            self._store_then_ack(client, columns, times, batch)
+            return
         records: list[Any] = []
-        times: list[int] = []
-        done: list[Delivery] = []
+        times_us: list[int] = []
+        done: list[Arrival] = []
         limit = self.record_limit
-        for d in batch:
+        for arrival in batch:
+            d = delivery(arrival)
             try:
                 record = message_record(d, self.record_schema, self.default_records, limit)
             except ReceiverError as e:
                 if self.bad_record_policy is BadRecordPolicy.FAIL:
-                    self._store_then_ack(client, records, times, done)  # keep those before it
-                    records, times, done = [], [], []
+                    self._store_then_ack(client, records, times_us, done)  # keep those before it
+                    records, times_us, done = [], [], []
                 # raises under "fail": the message is not acked; else it is acked below
                 self.handle_bad_record(d.payload, str(e), key=f"topic {d.topic}")
             else:
                 records.append(record)
-                times.append(d.arrived_us)
-            done.append(d)
-        self._store_then_ack(client, records, times, done)
+                times_us.append(d.arrived_us)
+            done.append(arrival)
+        self._store_then_ack(client, records, times_us, done)
 
     def _store_then_ack(
-        self, client: mqtt.Client, records: list[Any], times: list[int], done: list[Delivery]
+        self,
+        client: mqtt.Client,
+        records: list[Any] | pa.Array,
+        times: list[int] | pa.Array,
+        done: list[Arrival],
     ) -> None:
-        if records:
+        if len(records):
             self.store_records(records, reliable=True, times_us=times)
             self.records_stored += len(records)
             self.mark_healthy()
         current = self._connection
-        for d in done:
-            if d.qos == 0:
+        acked = 0
+        for connection, _, mid, qos, *_ in done:
+            if qos == 0:
                 continue
-            if d.connection != current:
+            if connection != current:
                 # Its connection dropped: the broker will send it again on this session.
                 continue
-            client.ack(d.mid, d.qos)
-            self.messages_acked += 1
+            client.ack(mid, qos)
+            acked += 1
+        self.messages_acked += acked

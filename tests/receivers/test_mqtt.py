@@ -18,8 +18,10 @@ from harness import HarnessSupervisor, wait_until
 
 from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ConfigError
+from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 from spark_receivers.receiver.source_support import JobName
 from spark_receivers.receivers import MqttReceiver
+from spark_receivers.receivers.mqtt_records import batch_columns
 from spark_receivers.receivers.mqtt_session import Drop, TakeoverDetector
 
 
@@ -210,6 +212,58 @@ def test_topic_and_payload_columns_under_a_declared_schema(mosquitto_port, publi
         assert sup.wait_for(1) == [{"topic": topic + "/a", "payload": "x"}]
     finally:
         sup.shutdown()
+
+
+def test_all_four_columns_of_a_declared_schema_arrive_as_arrow(mosquitto_port, publisher):
+    topic, client_id = names()
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("payload", pa.string()),
+            ("qos", pa.int8()),
+            ("retain", pa.bool_()),
+        ]
+    )
+    receiver = MqttReceiver(
+        "127.0.0.1", mosquitto_port, topic + "/#", client_id=client_id, schema=schema
+    )
+    sup = start(receiver)
+    try:
+        publish(publisher, topic + "/a", [f"m{i}" for i in range(50)])
+        rows = sup.wait_for(50)
+        assert rows == [
+            {"topic": topic + "/a", "payload": f"m{i}", "qos": 1, "retain": False}
+            for i in range(50)
+        ]
+        assert wait_until(lambda: receiver.messages_acked == 50, 5)
+    finally:
+        sup.shutdown()
+
+
+def _arrivals(*messages: tuple[bytes, bytes, int, bool]) -> list:
+    """What the receiver's paho callback queues for these (payload, topic, qos, retain)."""
+    receiver = MqttReceiver("127.0.0.1", 1883, "t/#")
+    for i, (payload, topic, qos, retain) in enumerate(messages):
+        message = mqtt.MQTTMessage(i + 1, topic)  # as paho makes it for a PUBLISH it read
+        message.payload, message.qos, message.retain = payload, qos, retain
+        receiver._on_message(None, None, message)
+    return list(receiver._arrivals)
+
+
+def test_a_batch_of_payloads_is_one_arrow_array_checked_by_arrow():
+    good = [(b"a", b"t/a", 1, False), ("é".encode(), b"t/a", 1, False)]
+    default = DEFAULT_SCHEMA
+    assert batch_columns(_arrivals(*good), default, True, 100).to_pylist() == ["a", "é"]
+    bad_utf8 = _arrivals(*good, (b"x\xff", b"t/a", 1, False))
+    assert batch_columns(bad_utf8, default, True, 100) is None
+    too_long = _arrivals(*good, (b"y" * 101, b"t/a", 1, False))
+    assert batch_columns(too_long, default, True, 100) is None
+    schema = pa.schema([("retain", pa.bool_()), ("qos", pa.int64()), ("topic", pa.string())])
+    table = batch_columns(_arrivals((b"a", b"t/b", 0, True)), schema, False, 100)
+    assert table.to_pylist() == [{"retain": True, "qos": 0, "topic": "t/b"}]
+    # a type the per-message check decides: message by message, which names the message
+    odd = pa.schema([("qos", pa.string())])
+    assert batch_columns(_arrivals(*good), odd, False, 100) is None
 
 
 @pytest.mark.parametrize(
