@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_receivers.spark.block_source import BlockPartition, BlockReader, group_blocks
+from spark_receivers.spark.block_source import BlockRead, batch_alias, group_blocks
 
 
 def blocks(*sizes: int) -> list[dict]:
@@ -35,15 +38,49 @@ def test_runs_keep_every_block_once_in_order(sizes, max_partitions):
     assert len(groups) == min(len(bs), max_partitions)
 
 
-def test_reader_partitions_follow_the_option_and_a_warm_up_read_has_empty_ones():
-    import json
+def test_task_i_reads_run_i_of_the_batch_block_after_block():
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
 
-    options = {"blocks": json.dumps(blocks(5, 5, 5, 5)), "auth_secret": "s", "max_partitions": "2"}
-    parts = BlockReader(options).partitions()
-    assert [len(p.blocks) for p in parts] == [2, 2]
-    assert all(isinstance(p, BlockPartition) for p in parts)
-    warm = BlockReader({"blocks": "[]", "auth_secret": "", "max_partitions": "3"}).partitions()
-    assert [p.blocks for p in warm] == [[], [], []]
+    from spark_receivers.rpc import messages as m
+    from spark_receivers.rpc.auth import new_secret
+    from spark_receivers.rpc.transport import FlightEndpoint
+
+    served = {
+        f"input-0-0-{i}": pa.table({"value": [f"b{i}-{j}" for j in range(i + 1)]}) for i in range(3)
+    }
+    secret = new_secret()
+    server = FlightEndpoint(
+        "test-blocks", "127.0.0.1", secret, (), lambda _: None, lambda t: served[t.decode()]
+    )
+    try:
+        infos = [
+            m.ReceivedBlockInfo(0, name, t.num_rows, 0, server.address)
+            for name, t in served.items()
+        ]
+        groups = group_blocks([asdict(i) for i in infos], 2)
+        assert [[b["block_id"] for b in g] for g in groups] == [
+            ["input-0-0-0", "input-0-0-1"],
+            ["input-0-0-2"],
+        ]
+        schema = StructType([StructField("value", StringType())])
+        read = BlockRead(groups, schema, secret, None, "fail", None, None)
+
+        def rows(task: int) -> list[str]:
+            ids = pa.record_batch([pa.array([task], pa.int64())], names=["id"])
+            return [v for b in read(iter([ids])) for v in b.column(0).to_pylist()]
+
+        assert rows(0) == ["b0-0", "b1-0", "b1-1"]
+        assert rows(1) == ["b2-0", "b2-1", "b2-2"]
+        wrong = BlockRead(groups, schema, "not the secret", None, "fail", None, None)
+        with pytest.raises(Exception, match="input-0-0-2"):
+            list(wrong(iter([pa.record_batch([pa.array([1], pa.int64())], names=["id"])])))
+    finally:
+        server.close()
+
+
+def test_a_batch_alias_names_stream_and_time():
+    assert batch_alias("3:1795830627000") == "spark_receivers_batch_3_1795830627000"
 
 
 def test_blocks_are_cast_to_the_arrow_types_spark_expects():
