@@ -7,6 +7,7 @@ catalog, finds the table's earlier batches and never writes a batch twice.
 from __future__ import annotations
 
 import glob
+import http.client
 import os
 import signal
 import socket
@@ -131,6 +132,8 @@ class Poster:
         self.acked: set[str] = set()
         self.sent = 0
         self.stop = threading.Event()
+        self.errors: list[str] = []
+        """The last answers that were not 200 (what a failed wait shows)."""
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -142,8 +145,11 @@ class Poster:
                 with urllib.request.urlopen(self.url, body, timeout=15) as answer:
                     if answer.status == 200:
                         self.acked.update(lines)
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.2)  # down (the kill, the restart): these lines are not acked
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+                # Down (the kill, the restart), or refused: these lines are not acked. An
+                # HTTPException (a cut-off answer) once ended this thread without a word.
+                self.errors = [*self.errors[-4:], f"request {self.sent - 1}: {e!r}"]
+                time.sleep(0.2)
             time.sleep(0.02)
 
 
@@ -177,7 +183,15 @@ def test_table_sink_across_kill_9_and_restart_writes_every_acked_record_once(tmp
         wait_until(lambda: "ingesting" in logs[0].read_text(), 180, "the first ingest")
         assert "table events: 0 batch partition(s) from earlier runs" in logs[0].read_text()
         poster.thread.start()
-        wait_until(lambda: sum(table_values(location).values()) >= 300, 180, "rows in the table")
+        try:
+            wait_until(
+                lambda: sum(table_values(location).values()) >= 300, 180, "rows in the table"
+            )
+        except AssertionError as e:
+            tail = logs[0].read_text()[-3000:]
+            raise AssertionError(
+                f"{e}; poster errors {poster.errors}; ingest log:\n{tail}"
+            ) from None
         kill_session(first)
         assert first.returncode == -signal.SIGKILL
         acked_before_kill = set(poster.acked)
