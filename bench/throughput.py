@@ -6,7 +6,7 @@
 
 Each run of the ladder (``bench/ladder.py``) gives every system the same geometric rungs
 (1.25x apart): per system and pipeline a coarse session climbs every 4th rung, then a fine
-session climbs every rung from the last coarse rung that held, each until its first
+session climbs every rung from two rungs below the last coarse rung that held, each until its first
 unsustained step; every session is a fresh subprocess and JVM. The runs are repeated
 ``--repeats`` times (3 by default) one after the other, each with its own time budget; the
 section gives each run's capacity bounds, the median bound and the spread, ratios as ranges
@@ -100,7 +100,8 @@ rates one after the other on the same connection.
 Rungs: one geometric grid for every system, each rung at most 1.25x the one below. Per
 system and pipeline a **coarse** session climbs every 4th rung (10 s steps) until its first
 unsustained step; a **fine** session (a fresh JVM) then climbs every rung (15 s steps) from
-the last coarse rung that held (its first step, where the fresh JVM warms up, judged again),
+two rungs below the last coarse rung that held (its first step, where the fresh JVM warms
+up; the rungs up to the coarse one are judged again),
 until its first unsustained step. A capacity is reported as the bound `[highest rung held,
 lowest rung failed)`. The whole ladder runs several times, one run after the other, each
 with its own time budget: the tables give each run's bound, the **median bound**

@@ -196,14 +196,15 @@ def test_coarse_then_fine_sessions_give_every_system_the_same_rungs(monkeypatch)
     weak = FakeSystem(200, clock, cost_s=10.0)
     strong = FakeSystem(500, clock, cost_s=10.0)
     result = run_ladder({"weak": weak, "strong": strong}, grid, 10.0, coarse_every=4)
-    # Coarse: every 4th rung until the first failure; fine: every rung from the last
-    # coarse rung that held (the fresh JVM's warm-up step), until its first failure.
+    # Coarse: every 4th rung until the first failure; fine: every rung from two rungs below
+    # the last coarse rung that held (the fresh JVM's warm-up), until its first failure.
     steps = [(s.extra["phase"], s.offered_rate, s.sustained) for s in result.steps]
     assert steps == [
         ("coarse", 100, True), ("coarse", 243, False),  # weak
         ("fine", 100, True), ("fine", 125, True), ("fine", 156, True), ("fine", 195, True),
         ("fine", 243, False),
         ("coarse", 100, True), ("coarse", 243, True), ("coarse", 590, False),  # strong
+        ("fine", 156, True), ("fine", 195, True),
         ("fine", 243, True), ("fine", 303, True), ("fine", 378, True), ("fine", 472, True),
         ("fine", 590, False),
     ]  # fmt: skip
