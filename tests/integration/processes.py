@@ -1,11 +1,13 @@
-"""Helpers of the crash tests: the chaos harness, waiting, kill -9 of a process session."""
+"""Helpers of the crash tests: the chaos harness, waiting, kill -9 of a process session, ports."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +16,26 @@ from pathlib import Path
 from types import ModuleType
 
 CHAOS = Path(__file__).resolve().parents[2] / "scripts" / "chaos_local.py"
+
+
+def port_for_a_later_server(host: str = "127.0.0.1") -> int:
+    """A free port below the kernel's ephemeral range, for a server that binds it later.
+
+    A port from ``bind(0)`` is an ephemeral one: while a test's server is still starting
+    (a JVM, a Spark task: tens of seconds) or down between a kill -9 and its restart, the
+    kernel may give that port to any outgoing connection on the machine (the other test
+    worker's Spark opens hundreds), and the server cannot listen. Ports below the range
+    are never handed out that way; one is picked at random and checked free.
+    """
+    with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+        low = int(f.read().split()[0])
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind((host, port))
+            return port
+    raise AssertionError(f"no free port below {low} on {host} after 200 tries")
 
 
 def load_chaos_harness() -> ModuleType:

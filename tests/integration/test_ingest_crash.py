@@ -10,7 +10,6 @@ import glob
 import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from processes import kill_session, wait_until
+from processes import kill_session, port_for_a_later_server, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -150,15 +149,16 @@ class Poster:
                 # HTTPException (a cut-off answer) once ended this thread without a word.
                 self.errors = [*self.errors[-4:], f"request {self.sent - 1}: {e!r}"]
                 time.sleep(0.2)
+            except Exception as e:  # anything else: kept for the failure message, not lost
+                self.errors = [*self.errors[-4:], f"request {self.sent - 1}: unexpected {e!r}"]
+                time.sleep(0.2)
             time.sleep(0.02)
 
 
 @pytest.mark.timeout(600)
 def test_table_sink_across_kill_9_and_restart_writes_every_acked_record_once(tmp_path):
     warehouse, ckpt = tmp_path / "warehouse", tmp_path / "ckpt"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = port_for_a_later_server()  # it must stay free across the kill and the restart
     cmd = [sys.executable, "-m", "spark_receivers", "ingest", "--no-ui"]
     cmd += ["--source", f"http://127.0.0.1:{port}/ingest", "--sink", "table:events"]
     # 2 s batches: the restart runs a batch for each batch time of the down time (a JVM
@@ -190,7 +190,9 @@ def test_table_sink_across_kill_9_and_restart_writes_every_acked_record_once(tmp
         except AssertionError as e:
             tail = logs[0].read_text()[-3000:]
             raise AssertionError(
-                f"{e}; poster errors {poster.errors}; ingest log:\n{tail}"
+                f"{e}; poster sent {poster.sent} requests, {len(poster.acked)} lines acked, "
+                f"thread alive {poster.thread.is_alive()}, last errors {poster.errors}; "
+                f"ingest log:\n{tail}"
             ) from None
         kill_session(first)
         assert first.returncode == -signal.SIGKILL
