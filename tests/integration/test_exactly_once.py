@@ -27,8 +27,7 @@ from pyspark import cloudpickle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
-from harness import free_port
-from processes import kill_session, wait_until
+from processes import kill_session, port_for_a_later_server, wait_until
 from service_fixtures import redis_url  # noqa: F401
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
@@ -387,7 +386,7 @@ class HttpKilledBeforeAnswer(HttpReceiver):
 
 @pytest.mark.timeout(900)
 def test_http_retries_with_the_same_key_across_a_kill_9_are_stored_once(spark, tmp_path):
-    port = free_port()
+    port = port_for_a_later_server()  # free across the kill and the restart
 
     def post(body: bytes, key: str) -> tuple[int, dict]:
         request = urllib.request.Request(
@@ -509,7 +508,7 @@ def test_http_keys_of_the_window_survive_a_driver_kill_9_with_get_or_create(tmp_
     nothing: each line ends in the batches' output once."""
     import json
 
-    port = free_port()
+    port = port_for_a_later_server()  # free across the kill and the restart
     ckpt, out = str(tmp_path / "ckpt"), tmp_path / "out"
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     cmd = [sys.executable, str(HTTP_SCENARIO), "--checkpoint", ckpt, "--out", str(out)]
