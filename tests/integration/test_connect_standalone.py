@@ -29,8 +29,9 @@ from standalone import WORKER_HOSTS, StandaloneCluster
 
 from spark_receivers import StorageLevel, StreamingConfig, StreamingContext
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
+from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
-from spark_receivers.testing import start_connect_server, stop_connect_server
+from spark_receivers.testing import SequenceReceiver, start_connect_server, stop_connect_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -119,6 +120,24 @@ def test_a_task_retried_after_its_executor_died_is_not_refused(connect):
 
 def test_custom_and_socket_receivers_deliver_every_record_once_on_the_cluster(connect):
     custom_and_socket_exactly_once(connect)
+
+
+def test_start_refuses_executors_that_cannot_reach_the_client(connect):
+    """The start-up probe, through Connect: the client (the driver's parts) advertises an
+    address no executor reaches (the endpoint binds 127.0.0.1, executors are told
+    127.0.0.9, where nothing listens); ``start()`` fails with one ConfigError naming the
+    setting, before any receiver is launched, and the session still works after it."""
+    config = StreamingConfig(driver_host="127.0.0.9", driver_bind_address="127.0.0.1")
+    ssc = StreamingContext(connect, 1000, config=config)
+    ssc.receiver_stream(SequenceReceiver(["a", "b"])).foreach_batch(lambda df, t: df.count())
+    with pytest.raises(ConfigError) as caught:
+        ssc.start()
+    message = str(caught.value)
+    assert "cannot reach the driver at 127.0.0.9:" in message, message
+    assert "spark.receivers.driver.host" in message, message
+    assert not any(r.state == "ACTIVE" for r in ssc.status().receivers), ssc.status()
+    ssc.stop()
+    assert connect.range(5).count() == 5  # the client session is unharmed
 
 
 def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> dict:
