@@ -175,6 +175,54 @@ def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(
     assert ssc.state.name == "STOPPED"
 
 
+def test_a_structured_stream_into_a_foreach_batch_sink_on_connect(connect, tmp_path):
+    """``foreachBatch`` through Connect: the function runs in a Python process of the
+    server, with a session of its own; each epoch's rows go to a file named by its epoch
+    (a replayed epoch writes the same file again), so every record is there once."""
+    total = 600
+    out = tmp_path / "epochs"
+    out.mkdir()
+    folder = str(out)
+
+    def write_epoch(df, epoch_id):  # runs on the Connect server
+        import os
+
+        values = sorted(r.value for r in df.select("value").collect())
+        path = os.path.join(folder, f"epoch-{epoch_id:05d}.txt")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write("".join(v + "\n" for v in values))
+        os.replace(path + ".tmp", path)
+
+    def written() -> list[str]:
+        return [v for p in sorted(out.glob("epoch-*.txt")) for v in p.read_text().splitlines()]
+
+    ssc = StreamingContext(connect, 1000)
+    stream = ssc.structured_stream(GeneratorReceiver(rate=300, total=total))
+    ssc.start()
+    query = None
+    try:
+        writer = (
+            stream.read_stream(max_records_per_trigger=250)
+            .writeStream.foreachBatch(write_epoch)
+            .trigger(processingTime="500 milliseconds")
+        )
+        query = start_query(writer.start)
+
+        def done() -> bool:
+            assert query.exception() is None, query.exception()
+            return len(written()) >= total
+
+        assert wait_until(done, 180), query.recentProgress[-3:]
+        query.processAllAvailable()
+        values = written()
+        assert len(values) == total and len(set(values)) == total  # every record, none twice
+    finally:
+        if query is not None:
+            query.stop()
+        ssc.stop(graceful=False)
+    assert ssc.state.name == "STOPPED"
+
+
 @pytest.mark.timeout(600)
 def test_get_or_create_recovers_after_a_kill_9_of_the_connect_client(connect_server, tmp_path):
     """tests/integration/test_driver_crash.py's scenario, its driver a Connect client."""
