@@ -145,7 +145,7 @@ def run_ladder(
         # step is its warm-up (JIT, first jobs), so it runs well below where the system is
         # known to hold, and the rungs up to that one are judged again. Starting at the held
         # rung itself, a warm-up that failed there ended the session with no fine rung run
-        # (2026-11-28: the two-action bound stayed [143,000, 346,000), 2.4x wide, in 3 of 4
+        # (2026-11-28: the two-action bound stayed [143,000, 346,000), 2.4x wide, in 3 of 5
         # sessions). Up to a coarse step past the coarse failure, in case it was noise.
         start = max(0, grid.index(max(held)) - FINE_WARM_UP_RUNGS)
         top = grid.index(failed) + coarse_every + 1
