@@ -19,11 +19,15 @@ exactly-once needs them. The two systems differ only in the receiver:
   keep): at least once, what it did before issue 33.
 
 Each session is a fresh JVM that climbs the same geometric rungs (``bench.ladder.rung_grid``,
-1.25x apart) until its first unsustained step, judged by the ladder's own rule
-(``bench.harness.summarize_step`` through ``bench.step.run_child_session``). Sessions
+1.25x apart, or ``--spacing``) until its first unsustained step, judged by the ladder's own
+rule (``bench.harness.summarize_step`` through ``bench.step.run_child_session``). Sessions
 alternate (on, off, off, on, ...) so a drift in the shared machine's load hits both alike; a
 round's capacity ratio on/off is the range its rungs allow: ``[on held / off failed, on
-failed / off held]``, never one number. The 1-minute load average of every step is printed.
+failed / off held]``, never one number. Its lower end is 1 / spacing when both fail the same
+rung: at 1.25x rungs it reaches 0.95 only when "on" holds a rung "off" failed, while
+``--spacing 1.05`` (or finer) lets a tie show ">= 0.95x" (start ``--lowest`` near the
+capacity: a finer grid has more rungs to climb). The 1-minute load average of every step is
+printed.
 Nothing is written into BENCHMARKS.md (no section of its own); the raw sessions go to
 ``bench/out/``.
 """
@@ -47,7 +51,7 @@ from typing import Any
 
 from bench.child import BatchRecorder, ChildArgs, Stop, child_main
 from bench.harness import Runner, StepResult
-from bench.ladder import rung_grid
+from bench.ladder import RUNG_RATIO, rung_grid
 from bench.record import SCRATCH_DIR
 from bench.step import run_child_session
 from spark_receivers.receivers.redis_stream import RedisStreamReceiver
@@ -355,12 +359,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lowest", type=int, default=DEFAULT_LOWEST, help="the lowest rung")
     p.add_argument("--highest", type=int, default=DEFAULT_HIGHEST, help="the top of the grid")
     p.add_argument("--seconds", type=float, default=DEFAULT_STEP_S, help="per step")
+    p.add_argument(
+        "--spacing",
+        type=float,
+        default=RUNG_RATIO,
+        help="ratio of one rung to the one below (> 1); a tie bounds on/off at >= 1/spacing",
+    )
     p.add_argument("--pipeline", default="ingest", help="ingest, wordcount or two_action")
     p.add_argument("--session-budget-s", type=float, default=None, help="cap per session")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
-    grid = rung_grid(args.lowest, args.highest)
+    if args.spacing <= 1:
+        p.error(f"--spacing must be > 1, got {args.spacing}")
+    grid = rung_grid(args.lowest, args.highest, args.spacing)
     started = dt.datetime.now(dt.UTC)
     print(f"rungs: {grid}; load average at start: {os.getloadavg()}", flush=True)
     sessions = run(grid, args.seconds, args.rounds, args.pipeline, args.session_budget_s)

@@ -27,7 +27,8 @@ acking them are stored again when claimed (its positions are its own): at least 
 
 With ``field`` set (the default), a batch of good entries becomes one Arrow array at
 once: the values are gathered, their lengths checked and UTF-8 validated by Arrow's
-kernels, the ids' range and times computed as columns (no ``str`` per entry of ours;
+kernels, the entries' times (when asked) computed as a column, the ids' range taken from
+the first and last id, which Redis gives in order (no ``str`` per entry of ours;
 redis-py's reply is what is left per entry). A batch holding a bad entry goes entry by
 entry.
 
@@ -152,6 +153,8 @@ class RedisStreamReceiver(ThreadedReceiver):
         self.entries_already_stored = 0
         """Own pending entries acked at a restart without storing: the driver had them."""
         self.bad_records = 0
+        self._tag = ""
+        """:meth:`_source_tag`, taken when :meth:`receive` starts."""
 
     @property
     def consumer_name(self) -> str:
@@ -171,6 +174,7 @@ class RedisStreamReceiver(ThreadedReceiver):
             socket_connect_timeout=10.0,
         )
         try:
+            self._tag = self._source_tag()  # once per life, not per batch
             self._ensure_group(client)
             self._recover(client)
             while not self.stopping:
@@ -206,7 +210,7 @@ class RedisStreamReceiver(ThreadedReceiver):
 
     def _recover(self, client: redis.Redis) -> None:
         """Take back own pending entries (see the module doc), then dead consumers'."""
-        accepted = _id_range(self.accepted_position(), self._source_tag())
+        accepted = _id_range(self.accepted_position(), self._tag)
         last = "0"
         while not self.stopping:
             reply = client.xreadgroup(
@@ -288,17 +292,21 @@ class RedisStreamReceiver(ThreadedReceiver):
         times: list[int] | None,
         ids: list[str],
     ) -> None:
-        """Store ``records`` (times None: from ``ids``, which are theirs), then ack ``ids``."""
+        """Store ``records`` (times None: from ``ids``, which are theirs), then ack ``ids``.
+
+        The position is the range ``<first id>..<last id>`` of ``ids`` as they came: Redis
+        gives a batch in id order (``XREADGROUP`` of new or of pending entries, and
+        ``XAUTOCLAIM``, which walks the pending list from its cursor up), and the entry by
+        entry path keeps that order. Nothing is parsed or sorted per batch. Were a batch
+        ever out of order, its range would be narrower than its ids (or empty): after a
+        restart some entries it stored would be stored again, never one acked unstored.
+        """
         if len(records):
-            keys = _id_keys(ids)
-            order = pc.sort_indices(keys, sort_keys=[("ms", "ascending"), ("seq", "ascending")])
-            first, last = keys.take([order[0], order[-1]]).to_pylist()
-            span = f"{first['ms']}-{first['seq']}..{last['ms']}-{last['seq']}"
             if times is None and self.include_timestamp:
-                times_us: Any = pc.multiply(keys.column("ms"), 1000).combine_chunks()
+                times_us: Any = _id_times_us(ids)
             else:
                 times_us = times
-            position = f"{self._source_tag()}{span}"
+            position = f"{self._tag}{ids[0]}..{ids[-1]}"
             self.store_records(records, reliable=True, times_us=times_us, position=position)
             self.records_stored += len(records)
         if ids:
@@ -379,16 +387,10 @@ def _field_column(entries: list[Entry], key: bytes, limit: int) -> pa.Array | No
         return None
 
 
-def _id_keys(ids: list[str]) -> pa.Table:
-    """Entry ids ``<ms>-<seq>`` as a table of two numbers, ``ms`` and ``seq`` (``<ms>``: 0)."""
-    text = pa.array(ids, pa.string())
-    text = pc.if_else(
-        pc.match_substring(text, "-"), text, pc.binary_join_element_wise(text, "0", "-")
-    )
-    parts = pc.split_pattern(text, "-", max_splits=1)
-    ms = pc.list_element(parts, 0).cast(pa.uint64())
-    seq = pc.list_element(parts, 1).cast(pa.uint64())
-    return pa.table({"ms": ms, "seq": seq})
+def _id_times_us(ids: list[str]) -> pa.Array:
+    """The times Redis gave entries ``<ms>-<seq>`` (or ``<ms>``), in µs, as one Arrow column."""
+    ms = pc.list_element(pc.split_pattern(pa.array(ids, pa.string()), "-", max_splits=1), 0)
+    return pc.multiply(ms.cast(pa.uint64()), 1000)
 
 
 def _text(value: bytes | str, errors: str = "strict") -> str:

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.redis_positions import STREAM, RedisFeed, render, round_bounds
+from bench.redis_positions import STREAM, RedisFeed, main, render, round_bounds
 from spark_receivers.receivers.line_source import LineSource
 
 
@@ -70,3 +70,9 @@ def test_each_round_gives_the_range_its_rungs_allow():
     table = render(sessions)
     assert "| 2 | redis_positions | 60,800 | not reached | 2.00-2.00 |" in table
     assert "round 1: [1.00, 1.56]; round 2: [0.80, ?]" in table
+
+
+def test_a_spacing_that_does_not_climb_is_refused_before_any_session(capsys):
+    with pytest.raises(SystemExit):
+        main(["--spacing", "1.0"])
+    assert "--spacing must be > 1, got 1.0" in capsys.readouterr().err

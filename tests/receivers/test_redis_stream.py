@@ -362,6 +362,35 @@ def test_own_pending_entries_outside_the_accepted_range_are_stored(redis_url, cl
         sup.shutdown()
 
 
+def test_each_batch_position_is_the_id_range_of_its_own_entries_on_every_path(
+    redis_url, client, names
+):
+    """Own pending entries re-read, entries claimed from a dead consumer, new entries: every
+    stored batch's position is ``<tag><first id>..<last id>`` of exactly its entries."""
+    stream, group = names
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    values = [f"e{i}" for i in range(40)]
+    ids = add(client, stream, values[:30])
+    client.xreadgroup(group, "dead-consumer", {stream: ">"}, count=10)  # e0..e9: claimed
+    receiver = RedisStreamReceiver(
+        stream, group, url=redis_url, claim_min_idle_ms=0, block_ms=100, batch=4
+    )
+    sup = HarnessSupervisor(receiver)
+    client.xreadgroup(group, receiver.consumer_name, {stream: ">"}, count=10)  # e10..e19: own
+    sup.start()
+    try:
+        ids += add(client, stream, values[30:])
+        records = sup.wait_for(40)
+        assert records == values[10:20] + values[:10] + values[20:]
+        id_of = dict(zip(values, ids, strict=True))
+        assert len(sup.reliable_batches) >= 10  # batches of at most 4 on each path
+        for batch, position in zip(sup.reliable_batches, sup.positions, strict=True):
+            assert position == f"{receiver._source_tag()}{id_of[batch[0]]}..{id_of[batch[-1]]}"
+        assert wait_until(lambda: pending(client, stream, group) == 0, 5)
+    finally:
+        sup.shutdown()
+
+
 def test_a_position_of_another_stream_is_ignored_and_the_entries_are_stored(
     redis_url, client, names
 ):
