@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from hypothesis import settings
+from jvm_archive import JVM_FLAGS, ensure, options
 
 # Property tests are checks of logic, not of speed: Hypothesis's default 200 ms deadline per
 # example failed tests/receiver/test_lines.py once on a loaded 2-core machine (2026-11-28),
@@ -25,7 +26,22 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # 16.9-18.5 s with these two flags (2026-11-27, /proc/PID/stat). On 2 cores that CPU is the
 # suite's wall time. The JVM names the variable on stderr at start ("Picked up ..."); no
 # test reads that line. Benchmarks (make bench) never load this file, so keep their JIT.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+_OWN_JVM_OPTIONS = "JAVA_TOOL_OPTIONS" not in os.environ
+os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_FLAGS)  # and the class archive: pytest_configure
+
+
+def pytest_configure(config):
+    """Add the class-data-sharing archive of Spark's classes to the tests' JVM options.
+
+    Built once per venv (tests/jvm_archive.py), before any test starts a JVM, by the
+    process that starts xdist's workers (they inherit the variable). A JVM that cannot
+    use it (another class path) runs as without it.
+    """
+    if hasattr(config, "workerinput") or not _OWN_JVM_OPTIONS:
+        return  # an xdist worker (its controller did it), or the caller's own options
+    archive = ensure(JVM_FLAGS, say=lambda line: print(line, file=sys.stderr))
+    if archive is not None:
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_FLAGS} {options(archive)}"
 
 
 @pytest.fixture(scope="session")
@@ -64,13 +80,13 @@ STANDALONE_FILES = (
 # workers start them in this order, so the longest never starts last.
 SLOW_FILES = (
     *STANDALONE_FILES,  # 392 s, and ~120 s of test_connect_standalone.py (2026-11-28)
-    "tests/test_ingest.py",  # 210 s
     "tests/integration/test_chaos.py",  # 139 s
     "tests/integration/test_broker_ingest_crash.py",  # 134 s
     "tests/integration/test_exactly_once.py",  # 133 s
     "tests/integration/test_ingest_crash.py",  # ~130 s
     "tests/integration/test_mqtt_delivery.py",  # 118 s
     "tests/integration/test_structured_source.py",  # 112 s
+    "tests/test_ingest.py",  # 101 s with the class archive (2026-11-28 06:04; 166-210 s before)
     "tests/integration/test_connect.py",  # 88 s
     "tests/integration/test_driver_crash.py",  # 77 s
     "tests/integration/test_cluster.py",  # 72 s

@@ -68,8 +68,11 @@ class StandaloneCluster:
     daemons: list[Daemon] = field(default_factory=list)
 
     def _env(self, host: str) -> dict[str, str]:
+        # None of the user's spark-defaults.conf: a conf dir of our own. Left absent, not
+        # empty: it is first on every daemon's and executor's class path, and the JVM
+        # class archive of the tests (tests/jvm_archive.py) matches a class path only
+        # when its existing entries are the jars it was dumped with.
         conf_dir = self.root / "conf"
-        conf_dir.mkdir(exist_ok=True)
         env = {
             k: v
             for k, v in os.environ.items()
@@ -77,7 +80,7 @@ class StandaloneCluster:
         }
         env.update(
             SPARK_HOME=str(spark_home()),
-            SPARK_CONF_DIR=str(conf_dir),  # none of the user's spark-defaults.conf
+            SPARK_CONF_DIR=str(conf_dir),
             SPARK_LOCAL_IP=host,
             SPARK_LOCAL_HOSTNAME=host,
             SPARK_LOG_DIR=str(self.root / "logs"),
