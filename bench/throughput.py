@@ -6,8 +6,8 @@
 
 Each run of the ladder (``bench/ladder.py``) gives every system the same geometric rungs
 (1.25x apart): per system and pipeline a coarse session climbs every 4th rung, then a fine
-session climbs every rung from two rungs below the last coarse rung that held, each until its first
-unsustained step; every session is a fresh subprocess and JVM. The runs are repeated
+session climbs every rung from two rungs below the last coarse rung that held, each until
+its first unsustained step; every session is a fresh subprocess and JVM. The runs are repeated
 ``--repeats`` times (3 by default) one after the other, each with its own time budget; the
 section gives each run's capacity bounds, the median bound and the spread, ratios as ranges
 over the runs, and a target as met only when every run met it (``bench/capacity.py``).

@@ -8,12 +8,15 @@ is restored after).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from connect_server import (
@@ -142,21 +145,33 @@ def test_remote_flags_are_checked_without_spark():
         spark_settings("x", "spark://m:7077", [], remote="sc://h:1")
 
 
-def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(connect):
-    """The source's planner runs as a Python worker of the Connect server."""
-    total = 600
+@contextlib.contextmanager
+def generated_records_query(connect: Any, total: int, sink: Callable[[Any], Any]) -> Iterator[Any]:
+    """A structured stream of ``total`` generated records, read 250 per trigger every 0.5 s
+    into ``sink(writeStream)``: its running query; the query and the context stopped after."""
     ssc = StreamingContext(connect, 1000)
     stream = ssc.structured_stream(GeneratorReceiver(rate=300, total=total))
     ssc.start()
     query = None
     try:
-        writer = (
-            stream.read_stream(max_records_per_trigger=250)
-            .writeStream.format("memory")  # a table on the server that this session reads
-            .queryName("connect_structured")
-            .trigger(processingTime="500 milliseconds")
-        )
-        query = start_query(writer.start)
+        writer = sink(stream.read_stream(max_records_per_trigger=250).writeStream)
+        query = start_query(writer.trigger(processingTime="500 milliseconds").start)
+        yield query
+    finally:
+        if query is not None:
+            query.stop()
+        ssc.stop(graceful=False)
+    assert ssc.state.name == "STOPPED"
+
+
+def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(connect):
+    """The source's planner runs as a Python worker of the Connect server."""
+    total = 600
+
+    def memory(writer: Any) -> Any:  # a table on the server that this session reads
+        return writer.format("memory").queryName("connect_structured")
+
+    with generated_records_query(connect, total, memory) as query:
         table = "connect_structured"
 
         def counted() -> int:
@@ -168,11 +183,6 @@ def test_a_structured_stream_reads_every_record_once_through_a_query_on_connect(
         row = connect.sql(f"SELECT count(*) AS n, count(DISTINCT value) AS d FROM {table}")
         assert tuple(row.collect()[0]) == (total, total)  # every record, none twice
         assert max(p.numInputRows for p in query.recentProgress) <= 250  # the read limit
-    finally:
-        if query is not None:
-            query.stop()
-        ssc.stop(graceful=False)
-    assert ssc.state.name == "STOPPED"
 
 
 def test_a_structured_stream_into_a_foreach_batch_sink_on_connect(connect, tmp_path):
@@ -196,17 +206,7 @@ def test_a_structured_stream_into_a_foreach_batch_sink_on_connect(connect, tmp_p
     def written() -> list[str]:
         return [v for p in sorted(out.glob("epoch-*.txt")) for v in p.read_text().splitlines()]
 
-    ssc = StreamingContext(connect, 1000)
-    stream = ssc.structured_stream(GeneratorReceiver(rate=300, total=total))
-    ssc.start()
-    query = None
-    try:
-        writer = (
-            stream.read_stream(max_records_per_trigger=250)
-            .writeStream.foreachBatch(write_epoch)
-            .trigger(processingTime="500 milliseconds")
-        )
-        query = start_query(writer.start)
+    with generated_records_query(connect, total, lambda w: w.foreachBatch(write_epoch)) as query:
 
         def done() -> bool:
             assert query.exception() is None, query.exception()
@@ -216,11 +216,6 @@ def test_a_structured_stream_into_a_foreach_batch_sink_on_connect(connect, tmp_p
         query.processAllAvailable()
         values = written()
         assert len(values) == total and len(set(values)) == total  # every record, none twice
-    finally:
-        if query is not None:
-            query.stop()
-        ssc.stop(graceful=False)
-    assert ssc.state.name == "STOPPED"
 
 
 @pytest.mark.timeout(600)

@@ -7,7 +7,6 @@ catalog, finds the table's earlier batches and never writes a batch twice.
 from __future__ import annotations
 
 import glob
-import http.client
 import os
 import signal
 import subprocess
@@ -144,13 +143,12 @@ class Poster:
                 with urllib.request.urlopen(self.url, body, timeout=15) as answer:
                     if answer.status == 200:
                         self.acked.update(lines)
-            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-                # Down (the kill, the restart), or refused: these lines are not acked. An
-                # HTTPException (a cut-off answer) once ended this thread without a word.
+            except Exception as e:
+                # Down (the kill, the restart), refused, or cut off: these lines are not
+                # acked. Any error is kept for the failure message: catching network errors
+                # only, a cut-off answer (http.client.HTTPException) once ended this thread
+                # without a word.
                 self.errors = [*self.errors[-4:], f"request {self.sent - 1}: {e!r}"]
-                time.sleep(0.2)
-            except Exception as e:  # anything else: kept for the failure message, not lost
-                self.errors = [*self.errors[-4:], f"request {self.sent - 1}: unexpected {e!r}"]
                 time.sleep(0.2)
             time.sleep(0.02)
 

@@ -66,15 +66,17 @@ def test_task_i_reads_run_i_of_the_batch_block_after_block():
         schema = StructType([StructField("value", StringType())])
         read = BlockRead(groups, schema, secret, None, "fail", None, None)
 
-        def rows(task: int) -> list[str]:
-            ids = pa.record_batch([pa.array([task], pa.int64())], names=["id"])
-            return [v for b in read(iter([ids])) for v in b.column(0).to_pylist()]
+        def task(i: int) -> list[pa.RecordBatch]:
+            return [pa.record_batch([pa.array([i], pa.int64())], names=["id"])]
+
+        def rows(i: int) -> list[str]:
+            return [v for b in read(iter(task(i))) for v in b.column(0).to_pylist()]
 
         assert rows(0) == ["b0-0", "b1-0", "b1-1"]
         assert rows(1) == ["b2-0", "b2-1", "b2-2"]
         wrong = BlockRead(groups, schema, "not the secret", None, "fail", None, None)
         with pytest.raises(Exception, match="input-0-0-2"):
-            list(wrong(iter([pa.record_batch([pa.array([1], pa.int64())], names=["id"])])))
+            list(wrong(iter(task(1))))
     finally:
         server.close()
 
