@@ -26,8 +26,15 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # 16.9-18.5 s with these two flags (2026-11-27, /proc/PID/stat). On 2 cores that CPU is the
 # suite's wall time. The JVM names the variable on stderr at start ("Picked up ..."); no
 # test reads that line. Benchmarks (make bench) never load this file, so keep their JIT.
+#
+# The same variable carries one Spark setting to every one of those JVMs (SparkConf reads
+# the JVM's spark.* system properties): Python workers are forked by our worker daemon,
+# which imports pyarrow, Flight, pandas and our task modules once (spark/worker_daemon.py).
+# Each forked worker used to import them itself, ~1.5 s of CPU, and the suite forks ~300:
+# a quarter of its CPU (per-process CPU of a fresh-clone run, 2026-11-28 16:20).
 _OWN_JVM_OPTIONS = "JAVA_TOOL_OPTIONS" not in os.environ
-os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_FLAGS)  # and the class archive: pytest_configure
+WORKER_DAEMON = "-Dspark.python.daemon.module=spark_receivers.spark.worker_daemon"
+os.environ.setdefault("JAVA_TOOL_OPTIONS", f"{JVM_FLAGS} {WORKER_DAEMON}")  # + the class archive
 
 
 def pytest_configure(config):
@@ -41,7 +48,7 @@ def pytest_configure(config):
         return  # an xdist worker (its controller did it), or the caller's own options
     archive = ensure(JVM_FLAGS, say=lambda line: print(line, file=sys.stderr))
     if archive is not None:
-        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_FLAGS} {options(archive)}"
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_FLAGS} {WORKER_DAEMON} {options(archive)}"
 
 
 @pytest.fixture(scope="session")

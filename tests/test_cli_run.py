@@ -74,6 +74,17 @@ def test_settings_resolve_the_master_and_keep_the_ui_on():
     assert s.conf_dict["spark.ui.enabled"] == "false"
 
 
+def test_a_local_master_forks_its_workers_from_our_daemon_unless_told_otherwise():
+    key = "spark.python.daemon.module"
+    local = spark_settings("app", "local[2]", [], environ={})
+    assert local.conf_dict[key] == "spark_receivers.spark.worker_daemon"
+    own = spark_settings("app", "local[2]", [f"{key}=pyspark.daemon"], environ={})
+    assert own.conf_dict[key] == "pyspark.daemon"
+    # A cluster's executors may run another Python: the setting stays Spark's there.
+    cluster = spark_settings("app", "spark://m:7077", [], environ={})
+    assert key not in cluster.conf_dict
+
+
 def test_settings_read_spark_defaults(tmp_path):
     (tmp_path / "spark-defaults.conf").write_text("# a comment\nspark.master  spark://h:7077\n")
     assert spark_settings("a", None, [], environ={"SPARK_CONF_DIR": str(tmp_path)}).master == (

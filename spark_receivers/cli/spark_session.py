@@ -5,7 +5,9 @@ Settings are parsed and checked without Spark (:func:`spark_settings`); only
 ``--master``, else ``--conf spark.master``, else ``spark-defaults.conf``
 (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), else ``local[4]``; the Spark UI
 and our status page (``spark.receivers.ui.*``) are on unless ``--no-ui``;
-``SPARK_LOCAL_IP`` is left as the environment has it.
+``SPARK_LOCAL_IP`` is left as the environment has it. On a local master the Python
+workers are forked by our worker daemon (``spark.python.daemon.module``,
+``spark/worker_daemon.py``) unless ``--conf`` names another.
 
 ``--remote sc://HOST:PORT`` joins a Spark Connect server instead (no JVM here): the
 server's own settings give the master and Spark's static keys; the ``--conf`` entries are
@@ -38,6 +40,8 @@ __all__ = [
 ]
 
 DEFAULT_MASTER = "local[4]"
+WORKER_DAEMON = "spark_receivers.spark.worker_daemon"
+"""``spark.python.daemon.module`` of the sessions the commands start on a local master."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,9 @@ def spark_settings(
             raise ConfigError(msg)
     if is_local(master):
         defaults["spark.sql.shuffle.partitions"] = "4"
+        # Python workers forked with our task modules already imported (a local master's
+        # workers run this interpreter, which has them): spark/worker_daemon.py.
+        defaults["spark.python.daemon.module"] = WORKER_DAEMON
     merged = {**conf, "spark.master": master}
     for key, value in defaults.items():
         merged.setdefault(key, value)

@@ -35,7 +35,7 @@ APPS = Path(__file__).with_name("apps")
 TOKEN = re.compile(r"\b\d{13}\.[0-9a-f]{24}\.[0-9a-f]{64}\b")
 
 
-def cluster_conf(cluster: StandaloneCluster) -> list[str]:
+def cluster_conf(cluster: StandaloneCluster, *, bare_executors: bool = False) -> list[str]:
     conf = {
         "spark.executor.cores": "2",
         "spark.executor.instances": "2",
@@ -48,6 +48,10 @@ def cluster_conf(cluster: StandaloneCluster) -> list[str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
     }
+    if bare_executors:
+        # The tests run every JVM with our worker daemon (tests/conftest.py); executors whose
+        # Python lacks spark_receivers cannot run it (docs/deploy.md): Spark's own daemon.
+        conf["spark.python.daemon.module"] = "pyspark.daemon"
     return [x for k, v in conf.items() for x in ("--conf", f"{k}={v}")]
 
 
@@ -71,7 +75,8 @@ def run_app(
 ) -> tuple[dict, str]:
     """Run ``spark-submit ...args`` against the cluster; its RESULT and its output."""
     submit = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
-    cmd = [*submit, *cluster_conf(cluster), *args]
+    bare = executor_python is not None and executor_python != sys.executable
+    cmd = [*submit, *cluster_conf(cluster, bare_executors=bare), *args]
     proc = subprocess.run(
         cmd,
         capture_output=True,
@@ -209,7 +214,7 @@ def test_demo_word_count_on_the_cluster(standalone):
     """`spark-receivers demo --master spark://...`: every line exactly once."""
     bare = str(bare_env())
     cli = str(Path(sys.executable).with_name("spark-receivers"))
-    conf = [a for a in cluster_conf(standalone)]
+    conf = cluster_conf(standalone, bare_executors=True)
     cmd = [cli, "demo", "--master", standalone.master_url, *conf, "--no-ui"]
     cmd += ["--seconds", "4", "--rate", "500", "--json"]
     proc = subprocess.run(

@@ -1,0 +1,91 @@
+"""The worker daemon that imports our tasks' modules before it forks (spark/worker_daemon.py).
+
+The tests' JVMs run it (tests/conftest.py sets ``spark.python.daemon.module``): here, that
+the shared session's workers really are its children and start with the modules loaded,
+and that the daemon hands over to PySpark's plain one when a fork would not be safe.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from spark_receivers.spark import worker_daemon
+
+DAEMON = "spark_receivers.spark.worker_daemon"
+
+
+def _start_daemon(**env: str) -> subprocess.Popen[bytes]:
+    environ = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    return subprocess.Popen(
+        [sys.executable, "-m", DAEMON, "pyspark.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**environ, **env},  # no new session: the daemon makes its own process group
+    )
+
+
+def _port_then_stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """The port the daemon announces (as PySpark's daemon does), then stop it by its stdin."""
+    try:
+        raw = proc.stdout.read(4)  # type: ignore[union-attr]
+        port = struct.unpack("!i", raw)[0] if len(raw) == 4 else -1
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]  # the daemon's signal to shut down
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    return port, err.decode(errors="replace")
+
+
+def test_with_one_blas_thread_the_daemon_preloads_and_serves():
+    port, err = _port_then_stop(_start_daemon(OMP_NUM_THREADS="1"))
+    assert 0 < port < 65536, err
+    assert "running pyspark.daemon instead" not in err, err
+
+
+def test_a_thread_a_fork_would_lose_hands_over_to_pysparks_plain_daemon():
+    # numpy's OpenBLAS starts its pool at import when told to use more than one thread.
+    port, err = _port_then_stop(_start_daemon(OMP_NUM_THREADS="4"))
+    assert "the imports started threads a fork would lose" in err, err
+    assert "running pyspark.daemon instead" in err, err
+    assert 0 < port < 65536, err  # and the plain daemon still serves the executor
+
+
+def test_a_failed_import_hands_over_too(monkeypatch):
+    reason = worker_daemon.preload(("pyarrow", "no_such_module_of_ours"))
+    assert reason is not None and "no_such_module_of_ours" in reason
+
+
+@pytest.mark.spark
+def test_the_sessions_workers_are_forked_by_it_with_the_modules_loaded(spark):
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == DAEMON
+
+    def probe(batches):
+        import os as os_
+        import sys as sys_
+
+        import pyarrow as pa
+
+        with open(f"/proc/{os_.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode()
+        # What the daemon imported is in the worker before its task imports anything; the
+        # task's own imports (this function's module, pyarrow) are in both cases.
+        loaded = [m for m in worker_daemon.PRELOADED if m in sys_.modules]
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([{"parent": parent, "loaded": ",".join(loaded)}])
+
+    rows = spark.range(0, 2, 1, 2).mapInArrow(probe, "parent string, loaded string").collect()
+    assert len(rows) == 2
+    for row in rows:
+        assert DAEMON in row["parent"], row
+        assert row["loaded"].split(",") == list(worker_daemon.PRELOADED), row
