@@ -29,9 +29,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 #
 # The same variable carries one Spark setting to every one of those JVMs (SparkConf reads
 # the JVM's spark.* system properties): Python workers are forked by our worker daemon,
-# which imports pyarrow, Flight, pandas and our task modules once (spark/worker_daemon.py).
-# Each forked worker used to import them itself, ~1.5 s of CPU, and the suite forks ~300:
-# a quarter of its CPU (per-process CPU of a fresh-clone run, 2026-11-28 16:20).
+# which imports pyarrow, Flight and our task modules once (spark/worker_daemon.py). Each
+# forked worker imported them itself, ~1.5 s of CPU, and the suite forks ~500 (a quarter
+# of its CPU); the daemons, one per executor and kind of task, pay ~1 s more each, so the
+# saving is a few percent (docs/decisions/0020).
 _OWN_JVM_OPTIONS = "JAVA_TOOL_OPTIONS" not in os.environ
 WORKER_DAEMON = "-Dspark.python.daemon.module=spark_receivers.spark.worker_daemon"
 os.environ.setdefault("JAVA_TOOL_OPTIONS", f"{JVM_FLAGS} {WORKER_DAEMON}")  # + the class archive

@@ -1,11 +1,13 @@
 """PySpark's worker daemon with the modules of our tasks imported once, before it forks.
 
-Spark starts one Python daemon per executor (``python -m pyspark.daemon``) and the daemon
+Spark starts a Python daemon per executor (and kind of task environment) and the daemon
 forks a worker for every task slot that needs one. Each forked worker then imports what its
-task needs: a receiver's, a block keeper's or a batch read's task imports pyarrow, Arrow
-Flight, pandas and our task modules, about 1.3 s of CPU in every worker on a 2-core machine.
-A receiver that restarts, a batch read that needs one more worker and every new executor
-pay it again (the test suite forked some 300 workers: a quarter of its CPU).
+task needs: a receiver's, a block keeper's or a batch read's task imports pyarrow (and
+numpy), Arrow Flight and our task modules, 1.1-1.3 s of CPU in every worker on a 2-core
+machine. A receiver that restarts, a batch read that needs one more worker and every new
+executor pay it again (the test suite forks some 500 workers: their imports were a quarter
+of its CPU; decision 0020 says how much of that this saves, since each daemon pays them
+once, about 1 s).
 
 With ``spark.python.daemon.module=spark_receivers.spark.worker_daemon`` (the command line
 sets it for the sessions it starts; docs/deploy.md) the daemon imports them once and every
@@ -35,7 +37,6 @@ __all__ = ["FORK_SAFE_THREADS", "PRELOADED", "main", "preload", "threads"]
 PRELOADED = (
     "pyarrow",
     "pyarrow.flight",
-    "pandas",
     "pyspark.worker",
     "pyspark.sql.pandas.serializers",
     "spark_receivers.spark.block_fetch",
@@ -43,8 +44,10 @@ PRELOADED = (
     "spark_receivers.spark.keeper_task",
     "spark_receivers.spark.receiver_task",
 )
-"""What a worker of our tasks imports first (a batch read's ``mapInArrow``, a receiver's and
-a block keeper's task), in the order they are imported."""
+"""What a worker of our tasks imports (a batch read's ``mapInArrow``, a receiver's and a
+block keeper's task: each had all of these, numpy through pyarrow, and none had pandas).
+Each import here is paid once per daemon, whether its workers need it or not: the suite's
+daemons forked 2-3 workers each, so a module few workers import costs more than it saves."""
 
 
 FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
