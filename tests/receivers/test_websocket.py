@@ -166,8 +166,11 @@ def test_oversize_and_binary_messages_go_by_the_policy_and_the_rest_arrive(feed,
 
 
 def test_a_bad_message_under_fail_stops_the_receiver(feed):
+    # A batch that waits 5 s: "before" is still in it when the bad message comes, and it
+    # is stored before the receiver stops (it was stored after the stop, which a test
+    # beside a CPU hog saw first, 2026-11-28).
     receiver = WebSocketReceiver(
-        f"ws://127.0.0.1:{feed.port}/", batch_wait_ms=50, bad_record_policy="fail"
+        f"ws://127.0.0.1:{feed.port}/", batch_wait_ms=5_000, bad_record_policy="fail"
     )
     sup = start(receiver)
     feed.send("before", b"x\xff", "after")
