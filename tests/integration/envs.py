@@ -68,8 +68,13 @@ def bare_env() -> Path:
         shutil.rmtree(path, ignore_errors=True)
         _make_venv(path, pins)
         (path / ".ready").touch()
+    # Isolated (-I) and away from the checkout: from the repository's root, ``-c`` finds its
+    # ``spark_receivers/`` (whose ``__init__`` imports nothing since it loads names lazily).
     probe = subprocess.run(
-        [str(python), "-c", "import spark_receivers"], capture_output=True, timeout=60
+        [str(python), "-I", "-c", "import spark_receivers"],
+        capture_output=True,
+        timeout=60,
+        cwd=path,
     )
     assert probe.returncode != 0, "the bare env must not have spark_receivers"
     return python
