@@ -166,7 +166,17 @@ class WebSocketReceiver(ThreadedReceiver):
                 if data is not None:
                     if not batch:
                         flush_at = time.monotonic() + wait_s
-                    record = self._record(data, connection, batch, times)
+                    try:
+                        record = self._checked_record(data, connection)
+                    except ReceiverError as bad:
+                        # What came before is stored first: under "fail" the policy stops
+                        # the receiver, and whoever sees the stop must find it stored. (It
+                        # was stored after the stop, in the finally below: beside a CPU hog
+                        # a test saw the stop and not it, 2026-11-28.)
+                        self._store(batch, times)
+                        batch, times = [], []
+                        self.handle_bad_record(data, str(bad), key=f"connection {connection}")
+                        record = None
                     if record is not None:
                         batch.append(record)
                         times.append(now_us())
@@ -227,25 +237,6 @@ class WebSocketReceiver(ThreadedReceiver):
             msg = f"cannot connect to the WebSocket server at {self._where}: {reason}"
             raise ReceiverError(msg) from None
         return connection
-
-    def _record(
-        self, data: str | bytes, connection: int, batch: list[Any], times: list[int]
-    ) -> Any:
-        """The record of a message; None when it is bad (then handled by the policy).
-
-        Before the policy runs, the messages that came before the bad one are stored and
-        ``batch`` and ``times`` emptied: under ``fail`` the policy stops the receiver, and
-        whoever sees the stop must find them stored. (They were stored after the stop, in
-        ``receive``'s ``finally``: beside a CPU hog a test saw the stop and not them.)
-        """
-        try:
-            return self._checked_record(data, connection)
-        except ReceiverError as bad:
-            self._store(batch, times)
-            batch.clear()
-            times.clear()
-            self.handle_bad_record(data, str(bad), key=f"connection {connection}")
-            return None
 
     def _checked_record(self, data: str | bytes, connection: int) -> Any:
         binary = isinstance(data, bytes)
