@@ -229,3 +229,26 @@ def test_importing_the_package_needs_only_what_executors_have():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_every_public_name_loads_from_the_module_it_is_listed_under():
+    """``spark_receivers/__init__.py`` lists its names three times (``__all__``, the imports
+    for type checkers, ``_EXPORTS`` for loading): ``__all__`` and ``_EXPORTS`` agree, and
+    every name is the object its module defines."""
+    import spark_receivers as package
+
+    assert set(package.__all__) - {"__version__"} == set(package._EXPORTS)
+    for name, module in package._EXPORTS.items():
+        assert getattr(package, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_importing_the_package_imports_none_of_its_modules():
+    """A Spark task or a block keeper imports only the modules it uses (decision 0020)."""
+    code = (
+        "import sys, spark_receivers\n"
+        "print(sorted(m for m in sys.modules if m.startswith('spark_receivers.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

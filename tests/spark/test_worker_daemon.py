@@ -60,7 +60,7 @@ def test_a_thread_a_fork_would_lose_hands_over_to_pysparks_plain_daemon():
     assert 0 < port < 65536, err  # and the plain daemon still serves the executor
 
 
-def test_a_failed_import_hands_over_too(monkeypatch):
+def test_a_failed_import_is_a_reason_to_hand_over():
     reason = worker_daemon.preload(("pyarrow", "no_such_module_of_ours"))
     assert reason is not None and "no_such_module_of_ours" in reason
 
