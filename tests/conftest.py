@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from hypothesis import settings
-from jvm_archive import JVM_FLAGS, ensure, options
+from jvm_archive import JVM_FLAGS, ArchiveBuild, begin, options
 
 # Property tests are checks of logic, not of speed: Hypothesis's default 200 ms deadline per
 # example failed tests/receiver/test_lines.py once on a loaded 2-core machine (2026-11-28),
@@ -38,18 +38,33 @@ WORKER_DAEMON = "-Dspark.python.daemon.module=spark_receivers.spark.worker_daemo
 os.environ.setdefault("JAVA_TOOL_OPTIONS", f"{JVM_FLAGS} {WORKER_DAEMON}")  # + the class archive
 
 
+_ARCHIVE: ArchiveBuild | None = None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def pytest_configure(config):
     """Add the class-data-sharing archive of Spark's classes to the tests' JVM options.
 
-    Built once per venv (tests/jvm_archive.py), before any test starts a JVM, by the
-    process that starts xdist's workers (they inherit the variable). A JVM that cannot
-    use it (another class path) runs as without it.
+    Built once per venv (tests/jvm_archive.py) by the process that starts xdist's workers
+    (they inherit the variable), beside the first tests: those are the files of
+    :data:`EARLY_FILES`, which start no JVM. A JVM that cannot use it (another class path,
+    or started before the build ends) runs as without it.
     """
+    global _ARCHIVE
     if hasattr(config, "workerinput") or not _OWN_JVM_OPTIONS:
         return  # an xdist worker (its controller did it), or the caller's own options
-    archive = ensure(JVM_FLAGS, say=lambda line: print(line, file=sys.stderr))
-    if archive is not None:
-        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_FLAGS} {WORKER_DAEMON} {options(archive)}"
+    _ARCHIVE = begin(JVM_FLAGS, say=_say)
+    if _ARCHIVE is not None:
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_FLAGS} {WORKER_DAEMON} {options(_ARCHIVE.path)}"
+
+
+def pytest_unconfigure(config):
+    """The archive's build ends with the run that started it (it waits for a short run)."""
+    if _ARCHIVE is not None:
+        _ARCHIVE.finish(say=_say)
 
 
 @pytest.fixture(scope="session")
@@ -78,30 +93,63 @@ STANDALONE_FILES = (
     "tests/integration/test_replication.py",
     "tests/integration/test_connect_standalone.py",
 )
+CLUSTER_UNIT = "standalone-cluster"
+"""The name of the one xdist unit that :data:`STANDALONE_FILES` make together."""
 
 
 # The files of long scenarios (a Spark, a cluster or a CLI process of their own, kills and
 # restarts: minutes per test). Marked ``slow`` here, so ``make test-fast`` (-m 'not slow')
-# leaves them out; ``make test`` and CI run them all. Listed longest first (worker seconds
-# per file in the fresh-clone run of 2026-11-27 21:09, tests' own --durations; the
-# ingest-crash file without the 480 s a Ctrl-C hang, since fixed, cost it): make test's
-# workers start them in this order, so the longest never starts last.
+# leaves them out; ``make test`` and CI run them all.
 SLOW_FILES = (
-    *STANDALONE_FILES,  # 392 s, and ~120 s of test_connect_standalone.py (2026-11-28)
-    "tests/integration/test_chaos.py",  # 139 s
-    "tests/integration/test_broker_ingest_crash.py",  # 134 s
-    "tests/integration/test_exactly_once.py",  # 133 s
-    "tests/integration/test_ingest_crash.py",  # ~130 s
-    "tests/integration/test_mqtt_delivery.py",  # 118 s
-    "tests/integration/test_structured_source.py",  # 112 s
-    "tests/test_ingest.py",  # 101 s with the class archive (2026-11-28 06:04; 166-210 s before)
-    "tests/integration/test_connect.py",  # 88 s
-    "tests/integration/test_driver_crash.py",  # 77 s
-    "tests/integration/test_cluster.py",  # 72 s
-    "tests/integration/test_large_records.py",  # 61 s
-    "tests/integration/test_windows.py",  # 58 s
-    "tests/integration/test_state_by_key.py",  # 44 s
+    *STANDALONE_FILES,
+    "tests/integration/test_chaos.py",
+    "tests/integration/test_broker_ingest_crash.py",
+    "tests/integration/test_exactly_once.py",
+    "tests/integration/test_ingest_crash.py",
+    "tests/integration/test_mqtt_delivery.py",
+    "tests/integration/test_structured_source.py",
+    "tests/test_ingest.py",
+    "tests/integration/test_connect.py",
+    "tests/integration/test_driver_crash.py",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_large_records.py",
+    "tests/integration/test_windows.py",
+    "tests/integration/test_state_by_key.py",
 )
+
+# The order in which make test's workers start the files, after EARLY_FILES: the long ones,
+# longest first (worker seconds per file in the fresh-clone run of 2026-11-28 18:09 UTC,
+# dc99227, junit times), so that the last file a worker starts is a short one and neither
+# worker is left alone at the end (the same run's last 5 minutes were 60 % busy, the
+# 126 s of test_docs.py last). The files not named here follow, integration files first.
+LONGEST_FIRST = (
+    CLUSTER_UNIT,  # STANDALONE_FILES: 392 + 143 + 130 s
+    "tests/integration/test_chaos.py",  # 270 s
+    "tests/test_ingest.py",  # 212 s
+    "tests/integration/test_exactly_once.py",  # 211 s
+    "tests/integration/test_structured_source.py",  # 202 s
+    "tests/integration/test_broker_ingest_crash.py",  # 178 s
+    "tests/test_docs.py",  # 126 s
+    "tests/integration/test_ingest_crash.py",  # 125 s
+    "tests/integration/test_connect.py",  # 112 s
+    "tests/integration/test_mqtt_delivery.py",  # 111 s
+    "tests/integration/test_driver_crash.py",  # 110 s
+    "tests/integration/test_builtin_receivers.py",  # 110 s
+    "tests/integration/test_streaming_lifecycle.py",  # 90 s
+    "tests/integration/test_cluster.py",  # 79 s
+    "tests/integration/test_state_by_key.py",  # 72 s
+    "tests/integration/test_receiver_kills.py",  # 72 s
+    "tests/integration/test_large_records.py",  # 69 s
+    "tests/integration/test_observability.py",  # 68 s
+    "tests/integration/test_ingest_findings.py",  # 55 s
+    "tests/bench/test_smoke.py",  # 46 s
+    "tests/integration/test_windows.py",  # 32 s
+)
+
+# Started first, beside the build of the JVM class archive (tests/jvm_archive.py, ~70 s of
+# one core on a slow host the first time in a venv): unit tests of the receivers, the
+# brokers' clients, the WALs and the RPC layer, ~145 s of worker time (dc99227), no JVM.
+EARLY_FILES = ("tests/receivers/", "tests/wal/", "tests/rpc/", "tests/util/", "tests/stream/")
 
 
 def _file_of(nodeid: str) -> str:
@@ -110,11 +158,12 @@ def _file_of(nodeid: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Order for ``make test``'s two workers: the long units first, then the rest.
+    """Order for ``make test``'s two workers: the JVM-free files, the long units, the rest.
 
-    The slow files longest first (the standalone cluster's unit leads), then the other
-    integration files, then the unit tests: the worker that gets the last unit then has
-    little left to do alone.
+    :data:`EARLY_FILES` first (they run while the class archive is built), then the long
+    files longest first (:data:`LONGEST_FIRST`, the standalone cluster's unit leads), then
+    the other integration files, then the unit tests: the worker that gets the last unit
+    then has little left to do alone.
     Every test that uses the ``standalone`` fixture must be in :data:`STANDALONE_FILES`.
     """
     strays = sorted(
@@ -135,11 +184,18 @@ def pytest_collection_modifyitems(config, items):
     if missing:
         raise pytest.UsageError(f"{missing} in SLOW_FILES (tests/conftest.py) do not exist")
 
+    unknown = [f for f in LONGEST_FIRST[1:] if not (config.rootpath / f).is_file()]
+    if unknown:
+        raise pytest.UsageError(f"{unknown} in LONGEST_FIRST (tests/conftest.py) do not exist")
+
     def rank(item) -> int:
         path = _file_of(item.nodeid)
-        if path in SLOW_FILES:
-            return SLOW_FILES.index(path)
-        return len(SLOW_FILES) + (0 if path.startswith("tests/integration/") else 1)
+        unit = CLUSTER_UNIT if path in STANDALONE_FILES else path
+        if path.startswith(EARLY_FILES):
+            return 0
+        if unit in LONGEST_FIRST:
+            return 1 + LONGEST_FIRST.index(unit)
+        return 1 + len(LONGEST_FIRST) + (0 if path.startswith("tests/integration/") else 1)
 
     items.sort(key=rank)  # stable: the order inside each rank stays pytest's
     for item in items:
@@ -159,7 +215,7 @@ if LoadFileScheduling is not None:
 
         def _split_scope(self, nodeid: str) -> str:
             path = _file_of(nodeid)
-            return "standalone-cluster" if path in STANDALONE_FILES else path
+            return CLUSTER_UNIT if path in STANDALONE_FILES else path
 
     def pytest_xdist_make_scheduler(config, log):
         """``make test`` runs ``-n 2 --dist loadfile``: files stay whole, clusters one at a time.
