@@ -14,10 +14,7 @@ $(STAMP): pyproject.toml
 	@scripts/check-java.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# dev pulls in [all]: every receiver's library. --no-compile: Python compiles a module
-	# when it is first imported; pip compiling all 11,800 files of the venv (pyspark's
-	# mostly) was half of the install's CPU (175 -> 88 CPU-s, 2026-11-28).
-	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]'  # dev pulls in [all]: every receiver's library
 	@touch $(STAMP)
 
 check-java:
