@@ -97,53 +97,41 @@ CLUSTER_UNIT = "standalone-cluster"
 """The name of the one xdist unit that :data:`STANDALONE_FILES` make together."""
 
 
-# The files of long scenarios (a Spark, a cluster or a CLI process of their own, kills and
-# restarts: minutes per test). Marked ``slow`` here, so ``make test-fast`` (-m 'not slow')
-# leaves them out; ``make test`` and CI run them all.
-SLOW_FILES = (
-    *STANDALONE_FILES,
-    "tests/integration/test_chaos.py",
-    "tests/integration/test_broker_ingest_crash.py",
-    "tests/integration/test_exactly_once.py",
-    "tests/integration/test_ingest_crash.py",
-    "tests/integration/test_mqtt_delivery.py",
-    "tests/integration/test_structured_source.py",
-    "tests/test_ingest.py",
-    "tests/integration/test_connect.py",
-    "tests/integration/test_driver_crash.py",
-    "tests/integration/test_cluster.py",
-    "tests/integration/test_large_records.py",
-    "tests/integration/test_windows.py",
-    "tests/integration/test_state_by_key.py",
-)
-
 # The order in which make test's workers start the files, after EARLY_FILES: the long ones,
 # longest first (worker seconds per file in the fresh-clone run of 2026-11-28 18:09 UTC,
 # dc99227, junit times), so that the last file a worker starts is a short one and neither
 # worker is left alone at the end (the same run's last 5 minutes were 60 % busy, the
 # 126 s of test_docs.py last). The files not named here follow, integration files first.
+# SLOW: the files of long scenarios (a Spark, a cluster or a CLI process of their own, kills
+# and restarts: minutes per test), marked ``slow`` so that ``make test-fast`` (-m 'not
+# slow') leaves them out; ``make test`` and CI run them all.
+SLOW, NOT_SLOW = True, False
 LONGEST_FIRST = (
-    CLUSTER_UNIT,  # STANDALONE_FILES: 392 + 143 + 130 s
-    "tests/integration/test_chaos.py",  # 270 s
-    "tests/test_ingest.py",  # 212 s
-    "tests/integration/test_exactly_once.py",  # 211 s
-    "tests/integration/test_structured_source.py",  # 202 s
-    "tests/integration/test_broker_ingest_crash.py",  # 178 s
-    "tests/test_docs.py",  # 126 s
-    "tests/integration/test_ingest_crash.py",  # 125 s
-    "tests/integration/test_connect.py",  # 112 s
-    "tests/integration/test_mqtt_delivery.py",  # 111 s
-    "tests/integration/test_driver_crash.py",  # 110 s
-    "tests/integration/test_builtin_receivers.py",  # 110 s
-    "tests/integration/test_streaming_lifecycle.py",  # 90 s
-    "tests/integration/test_cluster.py",  # 79 s
-    "tests/integration/test_state_by_key.py",  # 72 s
-    "tests/integration/test_receiver_kills.py",  # 72 s
-    "tests/integration/test_large_records.py",  # 69 s
-    "tests/integration/test_observability.py",  # 68 s
-    "tests/integration/test_ingest_findings.py",  # 55 s
-    "tests/bench/test_smoke.py",  # 46 s
-    "tests/integration/test_windows.py",  # 32 s
+    (CLUSTER_UNIT, SLOW),  # STANDALONE_FILES: 392 + 143 + 130 s
+    ("tests/integration/test_chaos.py", SLOW),  # 270 s
+    ("tests/test_ingest.py", SLOW),  # 212 s
+    ("tests/integration/test_exactly_once.py", SLOW),  # 211 s
+    ("tests/integration/test_structured_source.py", SLOW),  # 202 s
+    ("tests/integration/test_broker_ingest_crash.py", SLOW),  # 178 s
+    ("tests/test_docs.py", NOT_SLOW),  # 126 s
+    ("tests/integration/test_ingest_crash.py", SLOW),  # 125 s
+    ("tests/integration/test_connect.py", SLOW),  # 112 s
+    ("tests/integration/test_mqtt_delivery.py", SLOW),  # 111 s
+    ("tests/integration/test_driver_crash.py", SLOW),  # 110 s
+    ("tests/integration/test_builtin_receivers.py", NOT_SLOW),  # 110 s
+    ("tests/integration/test_streaming_lifecycle.py", NOT_SLOW),  # 90 s
+    ("tests/integration/test_cluster.py", SLOW),  # 79 s
+    ("tests/integration/test_state_by_key.py", SLOW),  # 72 s
+    ("tests/integration/test_receiver_kills.py", NOT_SLOW),  # 72 s
+    ("tests/integration/test_large_records.py", SLOW),  # 69 s
+    ("tests/integration/test_observability.py", NOT_SLOW),  # 68 s
+    ("tests/integration/test_ingest_findings.py", NOT_SLOW),  # 55 s
+    ("tests/bench/test_smoke.py", NOT_SLOW),  # 46 s (bench_smoke: out of test-fast anyway)
+    ("tests/integration/test_windows.py", SLOW),  # 32 s
+)
+_UNITS = [unit for unit, _ in LONGEST_FIRST]
+SLOW_FILES = frozenset(
+    [*STANDALONE_FILES, *(unit for unit, slow in LONGEST_FIRST if slow and unit != CLUSTER_UNIT)]
 )
 
 # Started first, beside the build of the JVM class archive (tests/jvm_archive.py, ~70 s of
@@ -180,22 +168,18 @@ def pytest_collection_modifyitems(config, items):
             "tests/conftest.py, so that xdist runs every cluster test on one worker"
         )
 
-    missing = [f for f in SLOW_FILES if not (config.rootpath / f).is_file()]
+    missing = [f for f in _UNITS[1:] if not (config.rootpath / f).is_file()]
     if missing:
-        raise pytest.UsageError(f"{missing} in SLOW_FILES (tests/conftest.py) do not exist")
-
-    unknown = [f for f in LONGEST_FIRST[1:] if not (config.rootpath / f).is_file()]
-    if unknown:
-        raise pytest.UsageError(f"{unknown} in LONGEST_FIRST (tests/conftest.py) do not exist")
+        raise pytest.UsageError(f"{missing} in LONGEST_FIRST (tests/conftest.py) do not exist")
 
     def rank(item) -> int:
         path = _file_of(item.nodeid)
         unit = CLUSTER_UNIT if path in STANDALONE_FILES else path
         if path.startswith(EARLY_FILES):
             return 0
-        if unit in LONGEST_FIRST:
-            return 1 + LONGEST_FIRST.index(unit)
-        return 1 + len(LONGEST_FIRST) + (0 if path.startswith("tests/integration/") else 1)
+        if unit in _UNITS:
+            return 1 + _UNITS.index(unit)
+        return 1 + len(_UNITS) + (0 if path.startswith("tests/integration/") else 1)
 
     items.sort(key=rank)  # stable: the order inside each rank stays pytest's
     for item in items:
