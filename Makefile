@@ -26,7 +26,7 @@ demo: $(STAMP)
 # The package's .pyc files, for the tests' many Python processes (workers, block keepers,
 # CLI runs): where PYTHONDONTWRITEBYTECODE is set (it is on the machines this project is
 # built on) Python writes none itself and compiles every module of ours from source in
-# every process: a task's imports took 1.02-1.20 CPU-s without them, 0.88-0.91 with
+# every process: a task's imports took 1.02-1.20 CPU-s without them, 0.87-0.91 with
 # (2026-11-28). pip compiled the venv's packages at install; only changed files are redone.
 COMPILE := $(PY) -m compileall -q spark_receivers
 
