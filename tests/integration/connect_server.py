@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
+from spark_receivers.driver.batches.batch_reader import COMPRESSED_KEY
 from spark_receivers.testing import (
     CONNECT_ENV,
     SequenceReceiver,
@@ -83,10 +84,13 @@ def custom_and_socket_exactly_once(spark: Any, records: int = 3_000) -> Streamin
         lock = threading.Lock()
         seen: dict[str, list[str]] = {"custom": [], "socket": []}
         counted: dict[str, int] = {"custom": 0, "socket": 0}
+        compressed: set[str | None] = set()  # the session's setting while batches run
 
         def collect(name):
             def run(df, batch_time_ms):
                 n = df.count()  # two actions on one batch: a count, then the rows
+                if n:  # a batch with blocks is cached (one without is an empty relation)
+                    compressed.add(spark.conf.get(COMPRESSED_KEY, None))
                 values = [r.value for r in df.collect()]
                 assert n == len(values)
                 with lock:
@@ -111,6 +115,9 @@ def custom_and_socket_exactly_once(spark: Any, records: int = 3_000) -> Streamin
     numbers = sorted(int(v.split(" ", 1)[0]) for v in seen["socket"])
     assert numbers == list(range(sent))
     assert counted == {"custom": records, "socket": sent}
+    # The batch caches were built uncompressed; the session's setting is back as it was.
+    assert compressed == {"false"}
+    assert spark.conf.get(COMPRESSED_KEY, None) is None
     ours = [t.name for t in threading.enumerate() if t.name.startswith("receiver-launcher")]
     assert ours == []
     return ssc

@@ -28,6 +28,7 @@ from queries import start_query
 
 from spark_receivers import GeneratorReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
+from spark_receivers.driver.batches.batch_reader import COMPRESSED_KEY, ConnectCacheSetting
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
@@ -82,6 +83,25 @@ def test_a_task_placed_on_another_executor_is_refused_and_not_run(connect):
 
 def test_custom_and_socket_receivers_deliver_every_record_once(connect):
     custom_and_socket_exactly_once(connect)
+
+
+def test_batch_caches_turn_compression_off_only_where_the_user_did_not_set_it(connect):
+    """The session's setting is off while contexts cache batches, back after the last one;
+    a value the user set is left alone (the cache then follows it)."""
+    setting = ConnectCacheSetting()
+    assert connect.conf.get(COMPRESSED_KEY, None) is None
+    assert setting.hold(connect) and setting.hold(connect)  # two contexts, one session
+    assert connect.conf.get(COMPRESSED_KEY) == "false"
+    setting.release(connect)
+    assert connect.conf.get(COMPRESSED_KEY) == "false"  # the other context still runs
+    setting.release(connect)
+    assert connect.conf.get(COMPRESSED_KEY, None) is None
+    connect.conf.set(COMPRESSED_KEY, "true")
+    try:
+        assert not setting.hold(connect)
+        assert connect.conf.get(COMPRESSED_KEY) == "true"
+    finally:
+        connect.conf.unset(COMPRESSED_KEY)
 
 
 def test_a_receiver_scheduled_on_a_host_without_executors_runs_on_the_last_try(connect):

@@ -33,7 +33,12 @@ trials over every value) cost the first action more than the memory it saved, wh
 the cache a loss for ``count()`` + one action. Spark reads
 ``spark.sql.inMemoryColumnarStorage.compressed`` when it defines a cache's column batches,
 so :func:`persist_uncompressed` sets it off for that moment only, under a lock, and restores
-it: the user's own caches keep the session's setting. A batch without blocks
+it: the user's own caches keep the session's setting. A Spark Connect session has no such
+handle (the cache's batches are defined by the batch's first action, on the server), so
+there the setting is off for the session while a context reads cached batches through it
+(:class:`ConnectCacheSetting`): the user's own caches in that session are uncompressed
+then too, unless the user set the key on the session, which then decides for both
+(docs/deploy.md). A batch without blocks
 is one empty DataFrame per stream, made once, over an empty local relation (most actions
 on it run no Spark job).
 
@@ -71,7 +76,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WARM_UP_JOB_GROUP", "BatchReader", "ScanCounter", "persist_uncompressed"]
+__all__ = [
+    "WARM_UP_JOB_GROUP",
+    "BatchReader",
+    "ConnectCacheSetting",
+    "ScanCounter",
+    "persist_uncompressed",
+]
 
 WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 WARM_UP_ROWS = 50_000
@@ -128,6 +139,70 @@ def persist_uncompressed(spark: SparkSession, df: DataFrame) -> DataFrame:
             else:
                 conf.set(COMPRESSED_KEY, before)
     return df
+
+
+class ConnectCacheSetting:
+    """Batch caches uncompressed on a Spark Connect session, for as long as a context reads.
+
+    Spark reads ``spark.sql.inMemoryColumnarStorage.compressed`` from the session's conf
+    when a cache's column batches are built, which on Connect is the batch's first action,
+    run by the user's function through the server: the key must be off in the session then.
+    :meth:`hold` turns it off when the first context that caches on the session needs it
+    and the user has not set it; :meth:`release` by the last of them puts it back (unset).
+    A value the user set (``true`` or ``false``) is left alone: the batch caches follow it.
+    One instance per process; contexts on one session share its count.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: dict[int, int] = {}
+        """id(session) → contexts holding the setting off (only sessions we turned it off in)."""
+        self._left_alone: set[int] = set()
+
+    def hold(self, spark: SparkSession) -> bool:
+        """Turn the setting off for ``spark`` (if the user did not set it); True if held."""
+        key = id(spark)
+        with self._lock:
+            if key in self._holders:
+                self._holders[key] += 1
+                return True
+            before = spark.conf.get(COMPRESSED_KEY, None)
+            if before is not None:
+                if key not in self._left_alone:
+                    self._left_alone.add(key)
+                    log.info(
+                        "Spark Connect: batch caches follow the session's %s=%s (set by you)",
+                        COMPRESSED_KEY,
+                        before,
+                    )
+                return False
+            spark.conf.set(COMPRESSED_KEY, "false")
+            self._holders[key] = 1
+        log.info(
+            "Spark Connect: %s=false in this session while the streaming context runs, so "
+            "that batch caches are uncompressed (decision 0011); your own caches in this "
+            "session are uncompressed too meanwhile: set the key to keep them compressed",
+            COMPRESSED_KEY,
+        )
+        return True
+
+    def release(self, spark: SparkSession) -> None:
+        """A context that held the setting stopped: the last one unsets it."""
+        key = id(spark)
+        with self._lock:
+            left = self._holders.get(key, 0) - 1
+            if left > 0:
+                self._holders[key] = left
+                return
+            self._holders.pop(key, None)
+            try:
+                if spark.conf.get(COMPRESSED_KEY, None) == "false":  # not changed since
+                    spark.conf.unset(COMPRESSED_KEY)
+            except Exception:  # the session may be stopping: the setting goes with it
+                log.debug("could not put back %s", COMPRESSED_KEY, exc_info=True)
+
+
+CONNECT_CACHE_SETTING = ConnectCacheSetting()
 
 
 class ScanCounter:
@@ -211,6 +286,9 @@ class BatchReader:
         """Stream id → the time of its last batch read from blocks."""
         self._multi: dict[int, bool] = {}
         """Stream id → its batches are cached (its last counted batch was read more than once)."""
+        self._connect_setting: bool | None = None
+        """Connect: None before the first cached batch; then whether this reader holds the
+        session's cache compression off (:class:`ConnectCacheSetting`, released at close)."""
 
     def read(
         self, stream: ReceiverInputStream, batch_time_ms: int, blocks: list[m.ReceivedBlockInfo]
@@ -298,9 +376,12 @@ class BatchReader:
                     self._scans[k] = self._scans.get(k, 0) + 1
 
     def close(self) -> None:
-        """Unregister the read counter (the context stops); idempotent."""
+        """Unregister the read counter, put the Connect cache setting back; idempotent."""
         with self._lock:
             counter, self._counter, self._counting = self._counter, None, False
+            held, self._connect_setting = self._connect_setting, False
+        if held:
+            CONNECT_CACHE_SETTING.release(self._spark)
         if counter is None:
             return
         try:
@@ -329,10 +410,21 @@ class BatchReader:
             batch_key=batch_key,
         )
         if cache:
-            df = persist_uncompressed(self._spark, df)
+            df = self._persist(df)
         with self._lock:  # also uncached: a persist() of the user's is dropped with the batch
             self._frames.setdefault(key, []).append(df)
         return df
+
+    def _persist(self, df: DataFrame) -> DataFrame:
+        """``df`` cached uncompressed (on Connect: the session's setting, held till close)."""
+        if self._side.kind != "connect":
+            return persist_uncompressed(self._spark, df)
+        from pyspark import StorageLevel
+
+        with self._lock:  # once per reader; a conf round trip to the server
+            if self._connect_setting is None:
+                self._connect_setting = CONNECT_CACHE_SETTING.hold(self._spark)
+        return df.persist(StorageLevel.MEMORY_ONLY)
 
     def partitions_for(self, blocks: list[m.ReceivedBlockInfo]) -> int:
         """Read tasks for a batch of ``blocks``: one per ``rows_per_read_task`` rows begun.
@@ -424,6 +516,8 @@ class BatchReader:
                 # A grouped count over a few distinct string keys, as a word count has.
                 df.selectExpr("substring_index(value, ' ', -1) AS k").groupBy("k").count().collect()
         finally:
-            for round_ in range(WARM_UP_ROUNDS if reader is not None else 0):
-                reader.release(-1 - round_)  # type: ignore[union-attr]
+            if reader is not None:
+                for round_ in range(WARM_UP_ROUNDS):
+                    reader.release(-1 - round_)
+                reader.close()
             server.close()
