@@ -1,7 +1,8 @@
 """Capacities from the ladder's steps, over several runs: bounds, ratios as ranges, targets.
 
 - :func:`capacities`: per (system, pipeline) of one run, ``lo`` = the highest rung that held
-  below ``hi`` = the lowest rung that failed; the capacity is in ``[lo, hi)``.
+  below ``hi`` = the lowest rung that failed; the capacity is in ``[lo, hi)``. A session's
+  warm-up step is no rung (``bench.harness.is_warm_up``).
 - :func:`over_runs`: the same pair's capacity in each run (:class:`CapacityOverRuns`): its
   median bound and the spread of the bounds.
 - :func:`ratio_range` / :func:`render_ratios`: a ratio of two capacities is a range, never a
@@ -19,7 +20,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bench.harness import StepResult
+from bench.harness import StepResult, is_warm_up
 from bench.repeats import Outcome, verdict
 
 __all__ = [
@@ -66,7 +67,7 @@ def capacities(steps: Sequence[StepResult]) -> list[Capacity]:
     groups: dict[tuple[str, str], list[int | None]] = {}
     held: dict[tuple[str, str], list[int]] = {}
     for s in steps:
-        if s.offered_rate is None:
+        if s.offered_rate is None or is_warm_up(s):
             continue
         key = (s.system, s.pipeline)
         groups.setdefault(key, [])

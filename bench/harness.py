@@ -34,6 +34,7 @@ __all__ = [
     "Runner",
     "SessionResult",
     "StepResult",
+    "is_warm_up",
     "render_steps_table",
     "stat_cpu_seconds",
     "summarize_step",
@@ -334,7 +335,10 @@ class Runner(Protocol):
     A session starts the system once and offers ``rates`` one after the other, ``step_s``
     each, on the same connection; it ends after the first unsustained step, or before a
     step that would end past ``budget_s`` from the call. It returns the steps it judged and
-    the rates it did not reach because of the budget.
+    the rates it did not reach because of the budget. The first ``warm_up_steps`` steps
+    are the session's warm-up: judged and returned like the others (``extra["warm_up"]``
+    true), but one that fails does not end the session, and :func:`is_warm_up` keeps them
+    out of every capacity.
     """
 
     def __call__(
@@ -347,7 +351,13 @@ class Runner(Protocol):
         pipeline: str = "wordcount",
         budget_s: float | None = None,
         on_step: Callable[[StepResult], None] | None = None,
+        warm_up_steps: int = 0,
     ) -> SessionResult: ...
+
+
+def is_warm_up(step: StepResult) -> bool:
+    """A session's warm-up step (see :class:`Runner`): reported, never a capacity's rung."""
+    return bool(step.extra.get("warm_up"))
 
 
 @dataclass
@@ -380,6 +390,11 @@ def _rate(rate: int | None) -> str:
     return "flat out" if rate is None else f"{rate:,}"
 
 
+def _phase(step: StepResult) -> str:
+    phase = str(step.extra.get("phase", "-"))
+    return f"{phase} (warm-up)" if is_warm_up(step) else phase
+
+
 def render_steps_table(steps: Sequence[StepResult]) -> str:
     """Every step as a Markdown table."""
     rows = [
@@ -392,7 +407,7 @@ def render_steps_table(steps: Sequence[StepResult]) -> str:
         verdict = "yes" if s.sustained else f"no: {s.reason}"
         growth = s.extra.get("delay_growth_ms_per_s")
         rows.append(
-            f"| {s.system} | {s.pipeline} | {s.extra.get('phase', '-')} "
+            f"| {s.system} | {s.pipeline} | {_phase(s)} "
             f"| {_rate(s.offered_rate)} | {_num(s.sent_rate)} "
             f"| {_num(s.processed_rate)} | {_num(s.batch_p50_ms)} / {_num(s.batch_p95_ms)} "
             f"| {_num(s.sched_delay_p50_ms)} / {_num(s.sched_delay_max_ms)} "

@@ -4,9 +4,11 @@
 - :func:`run_ladder`: per (pipeline, system), a **coarse** session that climbs every
   :data:`COARSE_EVERY`-th rung until its first unsustained step, then a **fine** session (a
   fresh JVM, so no step starts behind a backlog) that climbs every rung from
-  :data:`FINE_WARM_UP_RUNGS` below the last coarse rung that held (its first step, where the
-  fresh JVM warms up), until its own first unsustained step. Around each system's
-  limit its rungs are therefore at most 1.25x apart, and every system gets the same rungs.
+  :data:`FINE_WARM_UP_RUNGS` below the last coarse rung that held, until its own first
+  unsustained step. Around each system's limit its rungs are therefore at most 1.25x
+  apart, and every system gets the same rungs. Every session begins with
+  :data:`WARM_UP_STEPS` unjudged step at its first rung (the fresh JVM's warm-up: see
+  :class:`bench.harness.Runner`), then judges that rung and the ones above.
 
 What the steps say about capacities, ratios and targets, over several runs of the ladder, is
 ``bench/capacity.py``.
@@ -19,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from bench.harness import SESSION_OVERHEAD_S, LadderResult, Runner, StepResult
+from bench.harness import SESSION_OVERHEAD_S, LadderResult, Runner, StepResult, is_warm_up
 
 __all__ = [
     "COARSE_EVERY",
@@ -27,6 +29,7 @@ __all__ = [
     "FINE_WARM_UP_RUNGS",
     "PIPELINES",
     "RUNG_RATIO",
+    "WARM_UP_STEPS",
     "run_ladder",
     "rung_grid",
 ]
@@ -34,6 +37,14 @@ __all__ = [
 RUNG_RATIO = 1.25
 COARSE_EVERY = 4  # the coarse session climbs 1.25 ** 4 = 2.44x per step
 FINE_WARM_UP_RUNGS = 2  # the fine session starts 1.25 ** 2 = 1.56x below the coarse hold
+WARM_UP_STEPS = 1
+"""Steps at a session's first rung before it is judged. A fresh JVM's first step carries
+its start: the first real batches (JIT, first jobs, the cache's first build) can leave a
+backlog that a batch near the interval drains too slowly for that step to pass. Without
+it, 2 of the 12 sessions of 2026-11-28's three Connect ladders failed their first step
+far below what the same system held in its other sessions (a coarse session at 40,000
+lines/s, a fine one at 62,500 under a coarse hold of 97,600), and each made its run's
+bound meaningless ([none held, 40,000), [40,000, 62,500) noisy)."""
 PIPELINES = ("wordcount", "two_action", "ingest")
 """``wordcount``: one action per batch; ``two_action``: ``count()`` and the word count on the
 same batch (DStream: two output operations); ``ingest``: a line count."""
@@ -62,7 +73,7 @@ def rung_grid(lowest: int, highest: int, ratio: float = RUNG_RATIO) -> list[int]
 
 
 def _first_failure(steps: Sequence[StepResult]) -> int | None:
-    return next((s.offered_rate for s in steps if not s.sustained), None)
+    return next((s.offered_rate for s in steps if not s.sustained and not is_warm_up(s)), None)
 
 
 def run_ladder(
@@ -79,11 +90,13 @@ def run_ladder(
     coarse_step_s: float | None = None,
     fine: bool = True,
     on_step: Callable[[StepResult], None] | None = None,
+    warm_up_steps: int = WARM_UP_STEPS,
 ) -> LadderResult:
     """Coarse then fine sessions per (pipeline, system), pipelines first; see the module doc.
 
     ``step_s`` is the fine sessions' step (and the coarse ones' unless ``coarse_step_s``);
-    ``fine=False`` runs the coarse sessions only (a smoke run).
+    ``fine=False`` runs the coarse sessions only (a smoke run). ``warm_up_steps``: each
+    session's unjudged steps at its first rung (:data:`WARM_UP_STEPS`).
     ``ingest_systems`` limits the ``ingest`` pipeline to those systems (all by default).
     The budget is shared out as it goes: each session may use what is left divided by the
     sessions still to run (two per pair until a coarse session says no fine one is needed),
@@ -108,7 +121,7 @@ def run_ladder(
         share = None
         if budget_s is not None:
             share = (budget_s - (time.monotonic() - t0)) / left
-            if share < SESSION_OVERHEAD_S + length:
+            if share < SESSION_OVERHEAD_S + (warm_up_steps + 1) * length:
                 result.skipped += [(name, pipeline, r) for r in rates]
                 return False
 
@@ -117,13 +130,14 @@ def run_ladder(
                 on_step(replace(step, extra={**step.extra, "phase": phase}))
 
         out = systems[name](
-            rates,
+            [rates[0]] * warm_up_steps + rates,
             length,
             batch_interval_s,
             master,
             pipeline=pipeline,
             budget_s=share,
             on_step=tagged,
+            warm_up_steps=warm_up_steps,
         )
         result.steps += [replace(s, extra={**s.extra, "phase": phase}) for s in out.steps]
         result.skipped += [(name, pipeline, r) for r in out.cut_rates]
@@ -138,15 +152,20 @@ def run_ladder(
         failed = _first_failure(steps)
         if not fine or failed is None:
             continue
-        held = [s.offered_rate for s in steps if s.sustained and s.offered_rate is not None]
+        held = [
+            s.offered_rate
+            for s in steps
+            if s.sustained and s.offered_rate is not None and not is_warm_up(s)
+        ]
         if not held:
             continue  # nothing held: the capacity is below the lowest rung
-        # From FINE_WARM_UP_RUNGS below the last coarse rung that held: a fresh JVM's first
-        # step is its warm-up (JIT, first jobs), so it runs well below where the system is
-        # known to hold, and the rungs up to that one are judged again. Starting at the held
-        # rung itself, a warm-up that failed there ended the session with no fine rung run
-        # (2026-11-28: the two-action bound stayed [143,000, 346,000), 2.4x wide, in 3 of 5
-        # sessions). Up to a coarse step past the coarse failure, in case it was noise.
+        # From FINE_WARM_UP_RUNGS below the last coarse rung that held: the session's
+        # warm-up runs well below where the system is known to hold, and the rungs up to
+        # that one are judged again. Starting at the held rung itself, a first step that
+        # failed there ended the session with no fine rung run (2026-11-28: the two-action
+        # bound stayed [143,000, 346,000), 2.4x wide, in 3 of 5 sessions); that was before
+        # the unjudged warm-up step. Up to a coarse step past the coarse failure, in case it
+        # was noise.
         start = max(0, grid.index(max(held)) - FINE_WARM_UP_RUNGS)
         top = grid.index(failed) + coarse_every + 1
         session(name, pipeline, list(grid[start:top]), "fine", left - 1)

@@ -102,6 +102,7 @@ def run_child_session(
     drain_batches: int = 4,
     stop_timeout_s: float = 60.0,
     extra_args: tuple[str, ...] = (),
+    warm_up_steps: int = 0,
 ) -> SessionResult:
     """Run one session of ``system`` over ``rates`` and judge every step; blocks, bounded.
 
@@ -111,7 +112,9 @@ def run_child_session(
     ``budget_s`` after the call; then the child has ``drain_batches * batch_interval_s`` to
     drain plus ``stop_timeout_s`` to stop and report, past which its process group is killed.
     The session's own figures (lines sent and processed in all, the child's ``extra``, the
-    log) go in the ``extra`` of its last step.
+    log) go in the ``extra`` of its last step. The first ``warm_up_steps`` steps are the
+    warm-up (:class:`bench.harness.Runner`): marked, and their failure does not end the
+    session (the child's does).
     """
     if not rates:
         raise ValueError("a session needs at least one rate")
@@ -191,12 +194,13 @@ def run_child_session(
                     extra={
                         "load_1m": round(os.getloadavg()[0], 2),
                         "busy_cores": cpu.busy_cores(t0 + start, t0 + end),
+                        **({"warm_up": True} if k < warm_up_steps else {}),
                     },
                 )
                 result.steps.append(step)
                 if on_step is not None:
                     on_step(step)
-                if not step.sustained:
+                if not step.sustained and (k >= warm_up_steps or exited.is_set()):
                     break
                 if k + 1 < len(rates) and session_end is not None:
                     _, next_end = server.step_window(k + 1)

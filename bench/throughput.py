@@ -100,9 +100,11 @@ rates one after the other on the same connection.
 Rungs: one geometric grid for every system, each rung at most 1.25x the one below. Per
 system and pipeline a **coarse** session climbs every 4th rung (10 s steps) until its first
 unsustained step; a **fine** session (a fresh JVM) then climbs every rung (15 s steps) from
-two rungs below the last coarse rung that held (its first step, where the fresh JVM warms
-up; the rungs up to the coarse one are judged again),
-until its first unsustained step. A capacity is reported as the bound `[highest rung held,
+two rungs below the last coarse rung that held (the rungs up to the coarse one are judged
+again), until its first unsustained step. Every session's first step is its **warm-up**, at
+its first rung, shown as such in the steps table and never judged: a fresh JVM's first
+batches can leave a backlog that has nothing to do with the rate; that rung is judged by the
+next step. A capacity is reported as the bound `[highest rung held,
 lowest rung failed)`. The whole ladder runs several times, one run after the other, each
 with its own time budget: the tables give each run's bound, the **median bound**
 (`[median held, median failed)`) and the **spread** of the runs; a ratio of two capacities

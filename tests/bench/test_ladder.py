@@ -27,6 +27,8 @@ from bench.harness import (
     SessionResult,
     StepResult,
     delay_slope,
+    is_warm_up,
+    render_steps_table,
     summarize_step,
 )
 from bench.ladder import run_ladder, rung_grid
@@ -149,10 +151,12 @@ def test_the_recorder_reports_a_batch_once_it_has_every_live_field():
 
 
 class FakeSystem:
-    """A runner whose sessions sustain every rate up to ``ceiling``; a step costs ``cost_s``."""
+    """A runner whose sessions sustain every rate up to ``ceiling``; a step costs ``cost_s``.
 
-    def __init__(self, ceiling: int, clock: list[float], cost_s: float) -> None:
-        self.ceiling, self.clock, self.cost_s = ceiling, clock, cost_s
+    ``cold``: each session's first step fails whatever its rate (a JVM's start)."""
+
+    def __init__(self, ceiling: int, clock: list[float], cost_s: float, cold: bool = False):
+        self.ceiling, self.clock, self.cost_s, self.cold = ceiling, clock, cost_s, cold
         self.budgets: list[float | None] = []
 
     def __call__(
@@ -165,6 +169,7 @@ class FakeSystem:
         pipeline: str = "wordcount",
         budget_s: float | None = None,
         on_step: Callable[[StepResult], None] | None = None,
+        warm_up_steps: int = 0,
     ) -> SessionResult:
         self.budgets.append(budget_s)
         out = SessionResult()
@@ -173,12 +178,16 @@ class FakeSystem:
                 out.cut_rates = list(rates[i:])
                 break
             self.clock[0] += self.cost_s
-            ok = rate <= self.ceiling
+            ok = rate <= self.ceiling and not (self.cold and i == 0)
             reason = "" if ok else "above the ceiling"
+            warm = i < warm_up_steps
             out.steps.append(
-                StepResult("x", pipeline, rate, step_s, 1, 1, sustained=ok, reason=reason)
-            )
-            if not ok:
+                StepResult(
+                    "x", pipeline, rate, step_s, 1, 1, sustained=ok, reason=reason,
+                    extra={"warm_up": True} if warm else {},
+                )
+            )  # fmt: skip
+            if not ok and not warm:
                 break
         return out
 
@@ -197,17 +206,35 @@ def test_coarse_then_fine_sessions_give_every_system_the_same_rungs(monkeypatch)
     strong = FakeSystem(500, clock, cost_s=10.0)
     result = run_ladder({"weak": weak, "strong": strong}, grid, 10.0, coarse_every=4)
     # Coarse: every 4th rung until the first failure; fine: every rung from two rungs below
-    # the last coarse rung that held (the fresh JVM's warm-up), until its first failure.
-    steps = [(s.extra["phase"], s.offered_rate, s.sustained) for s in result.steps]
+    # the last coarse rung that held, until its first failure. Each session first warms up
+    # (w) at its first rung.
+    steps = [
+        (s.extra["phase"] + (" w" if is_warm_up(s) else ""), s.offered_rate, s.sustained)
+        for s in result.steps
+    ]
     assert steps == [
-        ("coarse", 100, True), ("coarse", 243, False),  # weak
-        ("fine", 100, True), ("fine", 125, True), ("fine", 156, True), ("fine", 195, True),
-        ("fine", 243, False),
-        ("coarse", 100, True), ("coarse", 243, True), ("coarse", 590, False),  # strong
-        ("fine", 156, True), ("fine", 195, True),
+        ("coarse w", 100, True), ("coarse", 100, True), ("coarse", 243, False),  # weak
+        ("fine w", 100, True), ("fine", 100, True), ("fine", 125, True), ("fine", 156, True),
+        ("fine", 195, True), ("fine", 243, False),
+        ("coarse w", 100, True), ("coarse", 100, True), ("coarse", 243, True),  # strong
+        ("coarse", 590, False),
+        ("fine w", 156, True), ("fine", 156, True), ("fine", 195, True),
         ("fine", 243, True), ("fine", 303, True), ("fine", 378, True), ("fine", 472, True),
         ("fine", 590, False),
     ]  # fmt: skip
+
+
+def test_a_failed_warm_up_step_neither_ends_the_session_nor_bounds_the_capacity(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
+    grid = rung_grid(100, 1_000)
+    cold = FakeSystem(200, clock, cost_s=10.0, cold=True)  # every session's first step fails
+    result = run_ladder({"cold": cold}, grid, 10.0, coarse_every=4)
+    warm_ups = [s for s in result.steps if is_warm_up(s)]
+    assert [(s.offered_rate, s.sustained) for s in warm_ups] == [(100, False), (100, False)]
+    assert capacities(result.steps) == [Capacity("x", "wordcount", 195, 243)]  # the fake says x
+    table = render_steps_table(result.steps)
+    assert table.count("| coarse (warm-up) |") == 1 and table.count("| fine (warm-up) |") == 1
 
 
 def test_capacities_and_ratios_are_bounds_from_held_and_failed_rungs():
@@ -302,12 +329,14 @@ def test_sessions_share_the_budget_and_pass_on_what_they_leave(monkeypatch):
     )
     # Three sessions (no ingest for "weak"): each may use what is left / sessions left, so
     # the 80 s the weak system leaves go to the sessions after it.
-    assert weak.budgets == [100.0]  # 300 / 3; it stops after 2 steps, at t = 20
-    assert strong.budgets == [140.0, 250.0]  # (300 - 20) / 2; 3 steps; then (300 - 50) / 1
+    assert weak.budgets == [100.0]  # 300 / 3; a warm-up and 2 steps, at t = 30
+    assert strong.budgets == [135.0, 230.0]  # (300 - 30) / 2; 4 steps; then (300 - 70) / 1
     assert [(s.pipeline, s.offered_rate, s.sustained) for s in result.steps] == [
-        ("wordcount", 10, True), ("wordcount", 20, False),
-        ("wordcount", 10, True), ("wordcount", 20, True), ("wordcount", 1_000, True),
-        ("ingest", 10, True), ("ingest", 20, True), ("ingest", 1_000, True),
+        ("wordcount", 10, True), ("wordcount", 10, True), ("wordcount", 20, False),
+        ("wordcount", 10, True), ("wordcount", 10, True), ("wordcount", 20, True),
+        ("wordcount", 1_000, True),
+        ("ingest", 10, True), ("ingest", 10, True), ("ingest", 20, True),
+        ("ingest", 1_000, True),
     ]  # fmt: skip
     assert result.skipped == []
 
