@@ -232,9 +232,14 @@ class ClassicSide(SparkSide):
         """See :meth:`SparkSide.wait_for_executors`."""
         if is_local_master(self.master):
             return self.executors()
-        self.sc.parallelize(range(50), 50).map(lambda x: (x % 10, 1)).reduceByKey(
-            lambda a, b: a + b, 20
-        ).collect()
+        app = self.app_id
+        if app not in _waited_apps:
+            # As Spark's ReceiverTracker does before placing receivers: a job of many small
+            # tasks returns only once an executor registered, and gives the others time to.
+            # In the JVM alone: a Python job of 50 map and 20 reduce tasks cost 14-20 s of a
+            # driver's restart on a 2-core standalone cluster (issue 30's chaos timeline).
+            self.sc._jsc.sc().range(0, 50, 1, 50).count()
+            _waited_apps.add(app)
         return _wait_for(self, timeout_s)
 
     def run_located(
@@ -246,6 +251,10 @@ class ClassicSide(SparkSide):
     def add_py_file(self, path: str) -> None:
         """See :meth:`SparkSide.add_py_file`."""
         self.sc.addPyFile(path)
+
+
+_waited_apps: set[str] = set()
+"""Applications whose registration job ran: their executors registered once already."""
 
 
 def expected_executors(side: SparkSide) -> int:
