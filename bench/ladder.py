@@ -73,7 +73,7 @@ def rung_grid(lowest: int, highest: int, ratio: float = RUNG_RATIO) -> list[int]
 
 
 def _first_failure(steps: Sequence[StepResult]) -> int | None:
-    return next((s.offered_rate for s in steps if not s.sustained and not is_warm_up(s)), None)
+    return next((s.offered_rate for s in steps if not s.sustained), None)
 
 
 def run_ladder(
@@ -148,15 +148,11 @@ def run_ladder(
         before = len(result.steps)
         if not session(name, pipeline, coarse, "coarse", left):
             continue
-        steps = result.steps[before:]
+        steps = [s for s in result.steps[before:] if not is_warm_up(s)]  # the judged ones
         failed = _first_failure(steps)
         if not fine or failed is None:
             continue
-        held = [
-            s.offered_rate
-            for s in steps
-            if s.sustained and s.offered_rate is not None and not is_warm_up(s)
-        ]
+        held = [s.offered_rate for s in steps if s.sustained and s.offered_rate is not None]
         if not held:
             continue  # nothing held: the capacity is below the lowest rung
         # From FINE_WARM_UP_RUNGS below the last coarse rung that held: the session's

@@ -421,10 +421,14 @@ class BatchReader:
             return persist_uncompressed(self._spark, df)
         from pyspark import StorageLevel
 
-        with self._lock:  # once per reader; a conf round trip to the server
-            if self._connect_setting is None:
-                self._connect_setting = CONNECT_CACHE_SETTING.hold(self._spark)
+        self._hold_connect_setting()
         return df.persist(StorageLevel.MEMORY_ONLY)
+
+    def _hold_connect_setting(self) -> None:
+        """Connect: hold the session's cache compression off, once per reader (till close)."""
+        with self._lock:  # a conf round trip to the server, the first time on a session
+            if self._side.kind == "connect" and self._connect_setting is None:
+                self._connect_setting = CONNECT_CACHE_SETTING.hold(self._spark)
 
     def partitions_for(self, blocks: list[m.ReceivedBlockInfo]) -> int:
         """Read tasks for a batch of ``blocks``: one per ``rows_per_read_task`` rows begun.
@@ -498,6 +502,10 @@ class BatchReader:
             **network.endpoint_kwargs(),
         )
         reader: BatchReader | None = None
+        if self._cache:
+            # Held by this reader first: the warm-up's reader then only counts on it, and
+            # the session's setting is not put back and set again between the two.
+            self._hold_connect_setting()
         try:
             reader = BatchReader(
                 self._spark, secret, None, self.read_partitions, self._cache, tls=self._tls
