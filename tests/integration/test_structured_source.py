@@ -303,6 +303,11 @@ def running_counts(sink: str) -> dict[int, list[int]]:
     return by_key
 
 
+def every_seq_in(counts: Counter, n: int) -> bool:
+    """Every seq below ``n`` is in ``counts`` (the sink is read once by the caller)."""
+    return all(counts[s] for s in range(n))
+
+
 def batch_ids(directory: Path) -> list[int]:
     return [int(n) for n in os.listdir(directory) if n.isdigit()]
 
@@ -369,7 +374,7 @@ def test_kill_9_of_the_driver_mid_trigger_keeps_the_sink_and_the_state_exactly_o
         acked = source.committed
         wait_for_driver(
             1,
-            lambda: all(sink_counts(sink)[s] for s in range(acked)),
+            lambda: every_seq_in(sink_counts(sink), acked),
             150,
             f"every acknowledged record ({acked}) in the sink",
         )
