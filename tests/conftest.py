@@ -108,7 +108,7 @@ CLUSTER_UNIT = "standalone-cluster"
 SLOW, NOT_SLOW = True, False
 LONGEST_FIRST = (
     (CLUSTER_UNIT, SLOW),  # STANDALONE_FILES: 392 + 143 + 130 s
-    ("tests/integration/test_chaos.py", SLOW),  # 270 s
+    ("tests/integration/test_chaos.py", SLOW),  # 270 s (before its driver kill left, 2026-11-29)
     ("tests/test_ingest.py", SLOW),  # 212 s
     ("tests/integration/test_exactly_once.py", SLOW),  # 211 s
     ("tests/integration/test_structured_source.py", SLOW),  # 202 s

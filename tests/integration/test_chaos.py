@@ -1,10 +1,14 @@
-"""The short `make chaos`: every fault kind once or twice, at a modest load, on a real cluster.
+"""A short chaos in `make test`: the faults no other test makes, on a real cluster, under load.
 
 Runs ``scripts/chaos.py`` in a process of its own (it starts its own Master, Workers and
-redis-server, and stops them by PID): kill -9 of the receiver's worker, of an executor JVM
-and of the driver (restarted from its checkpoint), the receiver cut off from the driver,
-and ENOSPC then EIO on its WAL's fsync. The full run (``make chaos``) has more of each
-at 20,000 records/s for 10 minutes.
+redis-server, and stops them by PID): kill -9 of the receiver's worker and of an executor
+JVM, the receiver cut off from the driver, and ENOSPC then EIO on its WAL's fsync, all in
+one `ingest` run that must lose nothing acknowledged. No driver kill here: a kill -9 of the
+driver and the restart from the checkpoint are what test_driver_crash.py,
+test_ingest_crash.py, test_broker_ingest_crash.py and test_exactly_once.py do, and the
+restart was 80 of this test's 220 s (2026-11-29). ``make chaos`` runs every kind, the
+driver's included, more times, at 20,000 records/s for 10 minutes; ``CHAOS_ARGS=--quick``
+runs each kind once.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
 
 @pytest.mark.timeout(1200)
 def test_short_chaos_loses_nothing_acknowledged():
-    args = ["--duration", "45", "--rate", "2000", "--workers", "2", "--executors", "1"]
-    args += ["--drivers", "1", "--partitions", "1", "--partition-s", "8"]
+    args = ["--duration", "30", "--rate", "2000", "--workers", "1", "--executors", "1"]
+    args += ["--drivers", "0", "--partitions", "1", "--partition-s", "8"]
     args += ["--disk-faults", "1", "--disk-fault-s", "5", "--seed", "23", "--json"]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     proc = subprocess.run(
@@ -42,7 +46,7 @@ def test_short_chaos_loses_nothing_acknowledged():
     print("\n".join(line for line in proc.stdout.splitlines() if line.startswith(("|", " "))))
     done = out["faults_done"]
     assert done == {
-        "worker": 2, "executor": 1, "driver": 1, "partition": 1, "enospc": 1, "eio": 1
+        "worker": 1, "executor": 1, "driver": 0, "partition": 1, "enospc": 1, "eio": 1
     }, out["faults"]  # fmt: skip
     assert out["sent"] > 0 and out["acked"] == out["sent"], out
     assert out["lost"] == 0 and out["unacked_end"] == 0, out
