@@ -33,9 +33,19 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # forked worker imported them itself, ~1.5 s of CPU, and the suite forks ~500 (a quarter
 # of its CPU); the daemons, one per executor and kind of task, pay ~1 s more each, so the
 # saving is a few percent (docs/decisions/0020).
+#
+# And one more: no warm-up of the batch path (spark.receivers.warmUp.timeout=0). Every
+# context the tests start paid it before its receivers: a Spark job through the batch path,
+# to make a user's first batches fast. No test's verdict is the first batches' speed, and
+# it cost a context 6.6 s and 8 of its 21 CPU-seconds (an `ingest` run whose source cannot
+# be reached, 2026-11-29: 21.7 s wall, 20.9 CPU-s with it; 15.2 s, 12.7 CPU-s without). The
+# warm-up's own tests call it, or give the key in the config, which wins over this.
 _OWN_JVM_OPTIONS = "JAVA_TOOL_OPTIONS" not in os.environ
 WORKER_DAEMON = "-Dspark.python.daemon.module=spark_receivers.spark.worker_daemon"
-os.environ.setdefault("JAVA_TOOL_OPTIONS", f"{JVM_FLAGS} {WORKER_DAEMON}")  # + the class archive
+NO_WARM_UP = "-Dspark.receivers.warmUp.timeout=0"
+os.environ.setdefault(
+    "JAVA_TOOL_OPTIONS", f"{JVM_FLAGS} {WORKER_DAEMON} {NO_WARM_UP}"
+)  # + the class archive
 
 
 _ARCHIVE: ArchiveBuild | None = None
@@ -58,7 +68,8 @@ def pytest_configure(config):
         return  # an xdist worker (its controller did it), or the caller's own options
     _ARCHIVE = begin(JVM_FLAGS, say=_say)
     if _ARCHIVE is not None:
-        os.environ["JAVA_TOOL_OPTIONS"] = f"{JVM_FLAGS} {WORKER_DAEMON} {options(_ARCHIVE.path)}"
+        own = f"{JVM_FLAGS} {WORKER_DAEMON} {NO_WARM_UP}"
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{own} {options(_ARCHIVE.path)}"
 
 
 def pytest_unconfigure(config):
