@@ -43,9 +43,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _OWN_JVM_OPTIONS = "JAVA_TOOL_OPTIONS" not in os.environ
 WORKER_DAEMON = "-Dspark.python.daemon.module=spark_receivers.spark.worker_daemon"
 NO_WARM_UP = "-Dspark.receivers.warmUp.timeout=0"
-os.environ.setdefault(
-    "JAVA_TOOL_OPTIONS", f"{JVM_FLAGS} {WORKER_DAEMON} {NO_WARM_UP}"
-)  # + the class archive
+TEST_JVM_OPTIONS = f"{JVM_FLAGS} {WORKER_DAEMON} {NO_WARM_UP}"
+os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)  # + the class archive
 
 
 _ARCHIVE: ArchiveBuild | None = None
@@ -68,8 +67,7 @@ def pytest_configure(config):
         return  # an xdist worker (its controller did it), or the caller's own options
     _ARCHIVE = begin(JVM_FLAGS, say=_say)
     if _ARCHIVE is not None:
-        own = f"{JVM_FLAGS} {WORKER_DAEMON} {NO_WARM_UP}"
-        os.environ["JAVA_TOOL_OPTIONS"] = f"{own} {options(_ARCHIVE.path)}"
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{TEST_JVM_OPTIONS} {options(_ARCHIVE.path)}"
 
 
 def pytest_unconfigure(config):
