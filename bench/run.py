@@ -14,8 +14,10 @@ through the real endpoint), ``wal`` (issue 4, ``bench/wal_bench.py``), ``latency
 ``cold_start`` (issue 20, ``bench/cold_start.py``), ``repeated_actions`` (issue 20,
 ``bench/repeated_actions.py``), ``query_floor`` (issue 20, ``bench/query_floor.py``: the
 ladder's batch query on rows already in Spark's memory), ``observability`` (issue 21,
-``bench/observability.py``: a ladder per mode, metrics + status page on vs off), then
-``throughput`` (issues 11 and 20, ``bench/throughput.py``: the rate ladder of every system).
+``bench/observability.py``: a ladder per mode, metrics + status page on vs off),
+``cpu_breakdown`` (issue 31, ``bench/cpu_breakdown.py``: CPU-seconds per million lines by
+process, ours and DStream's at one rate, with flame graphs), then ``throughput`` (issues 11
+and 20, ``bench/throughput.py``: the rate ladder of every system).
 
 The ladders (``observability``, ``throughput``) and the tracker run ``--repeats`` times (3;
 ``--quick``: 1) in fresh processes and JVMs, and report the median, the spread and a target
@@ -37,7 +39,8 @@ processes starting and registering); wal 4-5 min; latency ~2-2.5 min (3 cases x 
 backpressure 4.5-6 min (2 x 120 s and the drain); replication 7-8 min (4 x 10 s of
 store(one), 4 x 60 s word counts on local-cluster); cold_start 2.5-4 min; repeated_actions
 ~2-2.5 min; query_floor 6-8 min (9 rungs x 2 queries x 2 forms x 9 runs); observability
-15-20 min (3 rounds x 2 sessions of up to 8 rungs x 15 s); throughput 78-120 min (3 runs of
+15-20 min (3 rounds x 2 sessions of up to 8 rungs x 15 s); cpu_breakdown 4.5-6 min (2 systems
+x 2 pipelines x 30 s, Spark alone, the profiles); throughput 78-120 min (3 runs of
 the ladder, each within its 40-minute budget; the run of 2026-11-24 took 26 min). In all
 about 2.1-3.1 hours.
 
