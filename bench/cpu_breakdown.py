@@ -3,6 +3,8 @@
     python -m bench.cpu_breakdown                       # 2 systems x 2 pipelines, ~5 minutes
     python -m bench.cpu_breakdown --rate 200000 --seconds 25 --tag before --no-write
     python -m bench.cpu_breakdown --systems spark_receivers --pipelines ingest --no-profile
+    python -m bench.cpu_breakdown --pipelines two_action --no-write \\
+        --systems spark_receivers,spark_receivers_connect      # issue 34: classic vs Connect
 
 Issue 31: what receiving and reading a batch cost, measured per process and per stage
 before cutting anything. Each system (``spark_receivers``: our ``SocketTextReceiver``;
@@ -72,6 +74,9 @@ SYSTEMS = {
     "dstream": "bench.peers",
     "spark_receivers_nocache": "bench.receivers",  # batch cache off (not in the default run)
     "spark_receivers_wal": "bench.receivers",  # receiver WAL on (not in the default run)
+    # Through a Spark Connect server (issue 34; not in the default run): the child is the
+    # client, its JVM the server's (started by the child), the tracker in the child's Python.
+    "spark_receivers_connect": "bench.receivers",
 }
 DEFAULT_SYSTEMS = ("spark_receivers", "dstream")
 PIPELINES = ("ingest", "wordcount")

@@ -140,3 +140,13 @@ def test_the_section_runs_in_make_bench_before_the_ladder():
     assert section_argv("cpu_breakdown", quick=True, output="o.md", no_write=True) == [
         "--quick", "--output", "o.md", "--no-write",
     ]  # fmt: skip
+
+
+def test_every_system_is_one_its_benchmark_child_runs():
+    """A system name the child module does not know would fail only after a JVM start."""
+    import importlib
+
+    from bench.cpu_breakdown import SYSTEMS
+
+    for system, module in SYSTEMS.items():
+        assert system in importlib.import_module(module).PIPELINES, (system, module)
