@@ -100,7 +100,9 @@ def run_ladder(
     ``ingest_systems`` limits the ``ingest`` pipeline to those systems (all by default).
     The budget is shared out as it goes: each session may use what is left divided by the
     sessions still to run (two per pair until a coarse session says no fine one is needed),
-    so what an early-stopping system leaves goes to the ones after it.
+    or, when that is less than its rungs need, as much of what is left as keeps one judged
+    step (and the session's overhead) for every session after it; what an early-stopping
+    system leaves goes to the ones after it.
     Blocks for the whole run; ``on_step`` is called on this thread after every step.
     """
     result = LadderResult(rates=list(grid))
@@ -120,8 +122,15 @@ def run_ladder(
         length = coarse_step_s or step_s if phase == "coarse" else step_s
         share = None
         if budget_s is not None:
-            share = (budget_s - (time.monotonic() - t0)) / left
-            if share < SESSION_OVERHEAD_S + (warm_up_steps + 1) * length:
+            remaining = budget_s - (time.monotonic() - t0)
+            least = SESSION_OVERHEAD_S + (warm_up_steps + 1) * length  # one judged step
+            need = SESSION_OVERHEAD_S + (warm_up_steps + len(rates)) * length  # every rung
+            # Its even share, or more: all its rungs, as long as every session after it can
+            # still have its least. An even share alone cut the word count's fine sessions
+            # (the first pipeline's) after 4-5 rungs on a slow host while the runs ended 6-7
+            # minutes under budget (2026-11-29).
+            share = max(remaining / left, min(need, remaining - (left - 1) * least))
+            if share < least:
                 result.skipped += [(name, pipeline, r) for r in rates]
                 return False
 

@@ -341,6 +341,24 @@ def test_sessions_share_the_budget_and_pass_on_what_they_leave(monkeypatch):
     assert result.skipped == []
 
 
+def test_a_session_takes_more_than_its_even_share_when_the_ones_after_it_keep_a_step(
+    monkeypatch,
+):
+    """An even share cut a fine session's rungs while the run ended under its budget."""
+    clock = [0.0]
+    monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
+    grid = rung_grid(100, 10_000)
+    strong = FakeSystem(472, clock, cost_s=10.0)
+    weak = FakeSystem(150, clock, cost_s=10.0)
+    result = run_ladder({"a": strong, "b": weak}, grid, 10.0, coarse_every=4, budget_s=270.0)
+    # a's fine session runs 8 steps (80 s): an even share, (270 - 40) / 3, is 76.7 s and cut
+    # it before 590; the two sessions after it each keep their least (45 s + 2 steps).
+    assert strong.budgets == [75.0, 100.0]  # 270 - 3 x 65 = 75 > 270 / 4; then 230 - 2 x 65
+    assert result.skipped == []
+    fine = [s.offered_rate for s in result.steps if s.extra["phase"] == "fine"][:8]
+    assert fine == [156, 156, 195, 243, 303, 378, 472, 590]  # a warm-up, then up to its failure
+
+
 def test_a_session_that_cannot_afford_a_step_is_skipped_and_listed(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
