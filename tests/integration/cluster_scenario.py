@@ -87,7 +87,7 @@ def main() -> int:
         }
         out["job_description_ok"] = True
         victim = out["executors"].get(0)
-        pids = executor_pids(spark.sparkContext.applicationId)
+        pids = executor_pids(dict(spark.sparkContext.getConf().getAll()))
         out["executor_pids"] = pids
         if victim is not None and victim in pids:
             os.kill(pids[victim], signal.SIGKILL)

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -95,12 +95,20 @@ def kill_session(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
-def executor_pids(app_id: str) -> dict[str, int]:
-    """The executor JVMs of application ``app_id``: ``{executor id: pid}`` (from /proc).
+def executor_pids(app_conf: Mapping[str, str]) -> dict[str, int]:
+    """The executor JVMs of the application whose conf is ``app_conf``: ``{executor id: pid}``.
 
-    Filtered by ``--app-id``: other applications on this machine (another test run, a
-    colleague's) have executors with the same ids.
+    ``app_conf``: the driver's conf (``dict(sc.getConf().getAll())``, or ``SparkSide.conf()``
+    through Connect), for ``spark.app.id`` and ``spark.driver.port``. An executor (from
+    /proc) is the application's when both its ``--app-id`` and the port of its
+    ``--driver-url`` match: an id alone is not unique on this machine. A standalone Master
+    names its applications ``app-<yyyyMMddHHmmss>-<n>``, so two Masters (the tests' cluster
+    and a scenario's own, on the two test workers) whose first applications register in the
+    same second give them the same id; on 2026-11-29 that had a Connect test look at the
+    chaos test's executor 0 for the one it had killed (and a kill by id could hit another
+    test's executor). The driver's port is the application's own while it runs.
     """
+    app_id, port = app_conf["spark.app.id"], app_conf["spark.driver.port"]
     pids = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -111,8 +119,14 @@ def executor_pids(app_id: str) -> dict[str, int]:
         if (
             "--executor-id" in args
             and any("CoarseGrainedExecutorBackend" in a for a in args)
-            and "--app-id" in args
-            and args[args.index("--app-id") + 1] == app_id
+            and _after(args, "--app-id") == app_id
+            and _after(args, "--driver-url").rsplit(":", 1)[-1] == port
         ):
-            pids[args[args.index("--executor-id") + 1]] = int(entry)
+            pids[_after(args, "--executor-id")] = int(entry)
     return pids
+
+
+def _after(args: list[str], flag: str) -> str:
+    """The value that follows ``flag`` in ``args`` ('' when it is absent or last)."""
+    i = args.index(flag) + 1 if flag in args else len(args)
+    return args[i] if i < len(args) else ""

@@ -190,7 +190,7 @@ def main() -> int:
         # 1. kill -9 of receiver 0's executor JVM.
         victim = out["executors"][0]
         out["accepted_before_executor_kill"] = status().records_received
-        os.kill(executor_pids(spark.sparkContext.applicationId)[victim], signal.SIGKILL)
+        os.kill(executor_pids(dict(spark.sparkContext.getConf().getAll()))[victim], signal.SIGKILL)
         out["killed_executor"] = victim
 
         def moved() -> bool:

@@ -110,9 +110,9 @@ def test_a_task_retried_after_its_executor_died_is_not_refused(connect):
     there = [(7, [ExecutorCacheTaskLocation(host, victim)])]
     for _ in range(40):  # Connect puts the task anywhere: until it lands on the victim
         outputs, refused = side.run_located(there, kill_my_executor_on_the_first_attempt, True)
-        if not refused or victim not in executor_pids(side.app_id):
+        if not refused or victim not in executor_pids(side.conf()):
             break
-    assert victim not in executor_pids(side.app_id), "no first attempt landed on the victim"
+    assert victim not in executor_pids(side.conf()), "no first attempt landed on the victim"
     assert refused == [], "the retry on another executor was refused"
     assert len(outputs) == 1 and outputs[0][:2] == (7, 1), outputs
     assert outputs[0][2] != victim, outputs  # the retry ran elsewhere, and ran
@@ -173,7 +173,7 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
             180,
         ), status()
         victim = status().receiver(0).executor_id
-        pids = executor_pids(side.app_id)
+        pids = executor_pids(side.conf())
         assert victim in pids, (victim, pids)
         time.sleep(3)  # blocks stored and copied, some not yet in a batch
         out["accepted_before_kill"] = status().records_received
