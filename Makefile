@@ -1,6 +1,9 @@
 # spark-receivers — two commands do everything: `make demo` and `make test`.
 PYTHON ?= python3
 # make test runs the suite on this many pytest-xdist workers (a file stays on one worker).
+# Not more on 2 cores: the suite is CPU-bound, and three workers made it slower (fresh
+# clones on the same slow host, 2026-11-29: pytest 29 min 27 s with 3, the CPU 99-100 %
+# busy for all of it, against 23 min 29 s with 2 an hour before).
 TEST_WORKERS ?= 2
 VENV   := .venv
 PY     := $(VENV)/bin/python
