@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from waiting import wait_until
 
 from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
 from spark_receivers.driver.batches.batch_reader import COMPRESSED_KEY
@@ -35,18 +36,7 @@ __all__ = [
     "custom_and_socket_exactly_once",
     "start_connect_server",
     "stop_connect_server",
-    "wait_until",
 ]
-
-
-def wait_until(predicate, timeout_s: float) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout_s`` passes; whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(0.05)
-    return bool(predicate())
 
 
 @contextmanager

@@ -11,11 +11,9 @@ import json
 import socket
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receivers"))
 
 from harness import free_port
 from service_fixtures import amqp_url, mosquitto_port, nats_url, redis_url  # noqa: F401
+from waiting import wait_until
 
 from spark_receivers import Receiver, StreamingConfig, StreamingContext, StreamingListener
 from spark_receivers.context import StreamingError
@@ -40,15 +39,6 @@ from spark_receivers.receivers import (
 )
 
 pytestmark = pytest.mark.spark
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(0.05)
-    return predicate()
 
 
 class Collected:

@@ -22,9 +22,9 @@ import pytest
 from connect_server import (
     connect_session,
     custom_and_socket_exactly_once,
-    wait_until,
 )
 from queries import start_query
+from waiting import wait_until
 
 from spark_receivers import GeneratorReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings

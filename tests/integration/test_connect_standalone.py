@@ -21,11 +21,11 @@ import replication_scenario as scenario
 from connect_server import (
     connect_session,
     custom_and_socket_exactly_once,
-    wait_until,
 )
 from processes import executor_pids
 from pyspark import cloudpickle
 from standalone import WORKER_HOSTS, StandaloneCluster
+from waiting import wait_until
 
 from spark_receivers import StorageLevel, StreamingConfig, StreamingContext
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation

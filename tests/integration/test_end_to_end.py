@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
+from waiting import wait_until
 
 from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
 from spark_receivers.testing import SequenceReceiver
@@ -19,15 +19,6 @@ OUR_THREAD_PREFIXES = (
     "streaming-",
     "socket-receiver",
 )
-
-
-def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(0.05)
-    return predicate()
 
 
 def assert_nothing_of_ours_left(spark) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pyarrow.flight as flight
@@ -17,10 +16,12 @@ from spark_receivers.testing import SequenceReceiver
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rpc"))
 from test_tls import make_cert
+from waiting import wait_until
 
 # Bounds, not verdicts: a context's start (the warm-up, the receiver's Python worker and
 # block keeper) took minutes beside a CPU hog on the 2-core machine.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+WAIT_S = 240
 
 
 def free_range(size: int) -> tuple[int, int]:
@@ -59,15 +60,6 @@ def run_records(
     return records, ssc, seen
 
 
-def wait_for(predicate, timeout_s: float = 240) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 def test_ports_and_advertised_hosts_come_from_the_keys(spark):
     first, last = free_range(10)
     config = StreamingConfig(
@@ -78,7 +70,7 @@ def test_ports_and_advertised_hosts_come_from_the_keys(spark):
     )
     records, ssc, seen = run_records(spark, config)
     try:
-        assert wait_for(lambda: len(seen) >= len(records))
+        assert wait_until(lambda: len(seen) >= len(records), WAIT_S)
         host, port = ssc.status().tracker_address.rsplit(":", 1)
         # The name is advertised as the one address it resolves to that is bound.
         assert host == "127.0.0.1" and first <= int(port) <= first + 4
@@ -139,7 +131,7 @@ def test_tls_end_to_end_and_plaintext_is_refused(spark, tmp_path):
     )
     records, ssc, seen = run_records(spark, config)
     try:
-        assert wait_for(lambda: len(seen) >= len(records))
+        assert wait_until(lambda: len(seen) >= len(records), WAIT_S)
         raw = flight.FlightClient(f"grpc+tcp://{ssc.status().tracker_address}")
         with pytest.raises(flight.FlightError):
             raw.list_actions(options=flight.FlightCallOptions(timeout=5))

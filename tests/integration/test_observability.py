@@ -7,14 +7,13 @@ import json
 import os
 import re
 import shutil
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from spark_receivers import StreamingConfig, StreamingContext
 from spark_receivers.testing import CountingReceiver
@@ -23,15 +22,6 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 90
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(0.1)
-    return predicate()
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -67,11 +57,11 @@ def test_metrics_move_with_the_data(spark):
     try:
         url = ssc.status_page_url
         assert url is not None and url.startswith("http://127.0.0.1:")
-        assert wait_until(lambda: progressed(ssc, 1) and ssc.status().receiver(0).metrics)
+        assert wait_until(lambda: progressed(ssc, 1) and ssc.status().receiver(0).metrics, WAIT_S)
         before = scrape(url)
         seen = ssc.status().records_received
         assert wait_until(
-            lambda: ssc.status().records_received > seen + 2_000 and progressed(ssc, 3)
+            lambda: ssc.status().records_received > seen + 2_000 and progressed(ssc, 3), WAIT_S
         )
         after = scrape(url)
         for name in (
@@ -91,7 +81,7 @@ def test_metrics_move_with_the_data(spark):
         # The rate is over the last few seconds: on a busy machine one scrape can fall in a
         # quiet moment (seen beside stress-ng on 2026-11-27), so wait for a scrape that has it.
         rate = ("spark_receivers_input_rate_records_per_second", key)
-        assert wait_until(lambda: scrape(url).get(rate, 0.0) > 0)
+        assert wait_until(lambda: scrape(url).get(rate, 0.0) > 0, WAIT_S)
         metrics = ssc.status().receiver(0).metrics
         assert metrics is not None and metrics.bytes > 0 and metrics.add_block_mean_ms
     finally:
@@ -107,14 +97,14 @@ def test_progress_json_has_the_field_names_of_structured_streaming(spark):
         .writeStream.format("noop").trigger(processingTime="500 milliseconds").start()
     )  # fmt: skip
     try:
-        assert wait_until(lambda: (query.lastProgress or {}).get("numInputRows", 0) > 0)
+        assert wait_until(lambda: (query.lastProgress or {}).get("numInputRows", 0) > 0, WAIT_S)
         theirs = json.loads(query.lastProgress.json)
     finally:
         query.stop()
     ssc = observed_context(spark, rate=1_000, offsets=True)
     ssc.start()
     try:
-        assert wait_until(lambda: progressed(ssc, 1))
+        assert wait_until(lambda: progressed(ssc, 1), WAIT_S)
         progress = next(p for p in reversed(ssc.recent_progress) if p.num_input_rows > 0)
     finally:
         ssc.stop(graceful=False)
@@ -148,7 +138,7 @@ def test_spark_ui_shows_readable_job_descriptions(spark):
     ssc.receiver_stream(CountingReceiver(rate=500)).foreach_batch(describe, name="tally")
     ssc.start()
     try:
-        assert wait_until(lambda: len(descriptions) >= 2)
+        assert wait_until(lambda: len(descriptions) >= 2, WAIT_S)
         store = spark.sparkContext._jsc.sc().statusStore()
         jobs = store.jobsList(None).iterator()
         described = []
@@ -174,7 +164,7 @@ def test_the_status_page_in_a_real_headless_chromium(spark, tmp_path):
     try:
         url = ssc.status_page_url
         assert url is not None
-        assert wait_until(lambda: progressed(ssc, 2))
+        assert wait_until(lambda: progressed(ssc, 2), WAIT_S)
         with chromium() as browser:  # raises (fails the test) when Chromium cannot start
             browser.get(url)
             wait = WebDriverWait(browser, 60, poll_frequency=0.2)

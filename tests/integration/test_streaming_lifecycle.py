@@ -8,6 +8,7 @@ import time
 
 import pytest
 from pyspark import cloudpickle
+from waiting import wait_until
 
 from spark_receivers import StreamingConfig, StreamingContext, StreamingError, StreamingListener
 from spark_receivers.driver.batches.checkpoint import Checkpoint, CheckpointStore
@@ -19,15 +20,6 @@ pytestmark = pytest.mark.spark
 
 # Receivers defined here travel to the executors by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(0.05)
-    return predicate()
 
 
 class IgnoresStop(Receiver):

@@ -11,10 +11,10 @@ import os
 import signal
 import subprocess
 import threading
-import time
 
 import pyarrow as pa
 import pytest
+from waiting import wait_until
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import (
@@ -39,15 +39,6 @@ MiB = 1024 * 1024
 
 def table(n: int, start: int = 0) -> pa.Table:
     return pa.table({"value": [f"r{i}" for i in range(start, start + n)]})
-
-
-def wait_until(predicate, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        threading.Event().wait(0.05)
-    return True
 
 
 @pytest.fixture

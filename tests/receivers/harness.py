@@ -178,15 +178,6 @@ class HarnessSupervisor:
             return list(self.errors)
 
 
-def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        threading.Event().wait(interval_s)
-    return bool(predicate())
-
-
 def free_port() -> int:
     import socket
 

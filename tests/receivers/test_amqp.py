@@ -13,8 +13,9 @@ from pathlib import Path
 import pika
 import pyarrow as pa
 import pytest
-from harness import HarnessSupervisor, free_port, wait_until
+from harness import HarnessSupervisor, free_port
 from service_fixtures import restart_service
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import AmqpReceiver

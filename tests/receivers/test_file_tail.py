@@ -8,7 +8,8 @@ import os
 from datetime import UTC, datetime
 
 import pytest
-from harness import HarnessSupervisor, wait_until
+from harness import HarnessSupervisor
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import FileTailReceiver

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from harness import HarnessSupervisor, wait_until
+from harness import HarnessSupervisor
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import GeneratorReceiver

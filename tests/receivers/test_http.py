@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
-from harness import HarnessSupervisor, free_port, wait_until
+from harness import HarnessSupervisor, free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA

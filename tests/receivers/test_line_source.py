@@ -6,7 +6,7 @@ import socket
 import threading
 
 import pytest
-from harness import wait_until
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError, StateError
 from spark_receivers.receivers.line_source import LineSource, LineSourceState

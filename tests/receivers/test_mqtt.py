@@ -14,7 +14,8 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pyarrow as pa
 import pytest
-from harness import HarnessSupervisor, wait_until
+from harness import HarnessSupervisor
+from waiting import wait_until
 
 from spark_receivers.driver.job_identity import checkpoint_job_id
 from spark_receivers.errors import ConfigError

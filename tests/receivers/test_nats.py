@@ -15,8 +15,9 @@ import nats
 import nats.js.api as api
 import pyarrow as pa
 import pytest
-from harness import HarnessSupervisor, free_port, wait_until
+from harness import HarnessSupervisor, free_port
 from service_fixtures import restart_service
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import NatsReceiver

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 import redis
-from harness import HarnessSupervisor, wait_until
+from harness import HarnessSupervisor
 from service_fixtures import restart_service
+from waiting import wait_until
 
 from spark_receivers.errors import ConfigError
 from spark_receivers.receivers import RedisStreamReceiver

@@ -16,7 +16,8 @@ import threading
 
 import pyarrow as pa
 import pytest
-from harness import HarnessSupervisor, free_port, wait_until
+from harness import HarnessSupervisor, free_port
+from waiting import wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
