@@ -50,6 +50,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check spark_receivers tests bench scripts examples  # not the docs' snippets
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy tests/typing
 

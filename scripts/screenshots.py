@@ -140,9 +140,7 @@ def terminal_view() -> None:
             )
             browser.set_window_size(int(size[0]) + 20, int(size[1]) + 140)
             time.sleep(1)
-            browser.find_element("css selector", "svg").screenshot(
-                str(IMG / "terminal-view.png")
-            )
+            browser.find_element("css selector", "svg").screenshot(str(IMG / "terminal-view.png"))
         print(f"wrote {IMG / 'terminal-view.png'}")
     finally:
         subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=False)
