@@ -216,6 +216,13 @@ def test_module_sizes_are_reported():
     assert sizes and all(n > 0 for n in sizes.values())
 
 
+def fresh_python_prints(code: str) -> str:
+    """What ``code`` prints in a new interpreter (a fresh ``sys.modules``); fails if it fails."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.strip()
+
+
 def test_importing_the_package_needs_only_what_executors_have():
     """Executors unpickle receivers, which imports ``spark_receivers``: with a shipped zip
     they have pyspark, pyarrow and pandas only (docs/deploy.md), never the driver's
@@ -225,10 +232,7 @@ def test_importing_the_package_needs_only_what_executors_have():
         "print(sorted(m for m in ('prometheus_client', 'aiohttp', 'rich', 'redis', 'paho')"
         " if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert fresh_python_prints(code) == "[]"
 
 
 def test_every_public_name_loads_from_the_module_it_is_listed_under():
@@ -248,7 +252,4 @@ def test_importing_the_package_imports_none_of_its_modules():
         "import sys, spark_receivers\n"
         "print(sorted(m for m in sys.modules if m.startswith('spark_receivers.')))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert fresh_python_prints(code) == "[]"
