@@ -63,7 +63,7 @@ screenshots: $(STAMP)
 	scripts/services.sh install chromium
 	$(PY) scripts/screenshots.py
 
-# Every benchmark (bench/run.py says what and how long: ~2.1-3.1 h on a quiet machine), the
+# Every benchmark (bench/run.py says what and how long: ~2.1-3.2 h on a quiet machine), the
 # tracker and the capacity ladders three times each. Writes BENCHMARKS.md's sections, their
 # raw results in bench/results/ (commit both) and the README's performance paragraph.
 # BENCH_ARGS="--sections tracker --repeats 5" for part of it.

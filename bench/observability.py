@@ -6,7 +6,8 @@
 
 Each session is one rate ladder of the spark-receivers word count (the ``spark_receivers``
 child of ``bench/receivers.py``, receiver WAL off), run through the ladder's own helpers
-(``bench.step.run_child_session``): a fresh JVM offered rising rates until its first
+(``bench.step.run_child_session``): a fresh JVM offered its first rung once unjudged (the
+warm-up, as in the throughput ladder), then rising rates 1.25x apart until its first
 unsustained step, judged by ``bench.harness.summarize_step``. The two modes differ only in
 our keys:
 
@@ -48,14 +49,20 @@ from functools import partial
 from typing import Any
 
 from bench.child import BatchRecorder, ChildArgs, Stop, child_main
-from bench.harness import StepResult, stat_cpu_seconds
+from bench.harness import StepResult, is_warm_up, stat_cpu_seconds
+from bench.ladder import WARM_UP_STEPS, rung_grid
 from bench.record import Recording, Section, add_record_arguments
 from bench.repeats import DEFAULT_REPEATS, Outcome, Spread
 from bench.repeats import verdict as over_rounds
 from bench.step import run_child_session
 
 MODES = ("off", "on")
-FULL_RATES = [100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000, 800_000]
+# The throughput ladder's spacing (1.25x) from 62,500 lines/s: the rungs of 100,000 apart
+# from 100,000 that this had were as coarse as the whole of a slow hour's capacity. On
+# 2026-11-29 (a slow hour, the host running pure Python at a quarter of 2026-11-24's speed)
+# every "off" and "on" session held 100,000 or failed it, so the section could say no more
+# than [0.00, ?]; on 2026-11-24 "off" held 450,000-710,000, under this grid's top rung.
+FULL_RATES = rung_grid(62_500, 720_000)
 QUICK_RATES = [25_000, 50_000]
 TARGET = 0.97
 DESCRIPTION = (
@@ -170,13 +177,22 @@ CHILD_PIPELINES = {f"observability_{m}": partial(_pipeline, m) for m in MODES}
 
 
 def capacity(steps: Sequence[StepResult]) -> int:
-    """The highest sustained offered rate of a session (0 when none was)."""
-    return max((s.offered_rate or 0 for s in steps if s.sustained), default=0)
+    """The highest sustained offered rate of a session (0 when none was); the warm-up step
+    is no rung."""
+    return max((s.offered_rate or 0 for s in steps if s.sustained and not is_warm_up(s)), default=0)
 
 
 def first_failed(steps: Sequence[dict[str, Any]]) -> int | None:
-    """The lowest offered rate a session did not sustain (None: it held every rung)."""
-    return min((s["offered_rate"] for s in steps if not s["sustained"]), default=None)
+    """The lowest offered rate a session did not sustain (None: it held every rung); its
+    warm-up step (``extra.warm_up`` in a raw file) is no rung."""
+    return min(
+        (
+            s["offered_rate"]
+            for s in steps
+            if not s["sustained"] and not (s.get("extra") or {}).get("warm_up")
+        ),
+        default=None,
+    )
 
 
 def round_bounds(sessions: list[dict[str, Any]]) -> dict[int, list[float | None]]:
@@ -208,14 +224,23 @@ def run(rates: list[int], step_s: float, rounds: int) -> list[dict[str, Any]]:
     for i in range(rounds):
         order = MODES if i % 2 == 0 else tuple(reversed(MODES))
         for mode in order:
+            # Its first rung once unjudged, as every session of the throughput ladder: a
+            # fresh JVM's first step carries its start. Without it, on 2026-11-29 the first
+            # session of each round held 100,000 and the second failed it on "scheduling
+            # delay reached 1,051-1,392 ms in the last third" (rounds 1-3, either mode).
             result = run_child_session(
-                f"observability_{mode}", "bench.observability", rates, step_s
+                f"observability_{mode}",
+                "bench.observability",
+                [rates[0]] * WARM_UP_STEPS + list(rates),
+                step_s,
+                warm_up_steps=WARM_UP_STEPS,
             )
-            sustained = capacity(result.steps)
-            p50 = {s.offered_rate: s.batch_p50_ms for s in result.steps if s.sustained}
+            judged = [s for s in result.steps if not is_warm_up(s)]
+            sustained = capacity(judged)
+            p50 = {s.offered_rate: s.batch_p50_ms for s in judged if s.sustained}
             busy = {
                 s.offered_rate: s.extra.get("busy_cores")
-                for s in result.steps
+                for s in judged
                 if s.sustained and s.extra.get("busy_cores") is not None
             }
             sessions.append(
@@ -351,7 +376,15 @@ def render_table(sessions: list[dict[str, Any]], v: dict[str, Any]) -> str:
 def render(data: dict[str, Any]) -> str:
     """The ``observability`` section's body from a run's raw data (its sessions)."""
     sessions = data["sessions"]
-    return DESCRIPTION + "\n\n" + render_table(sessions, verdict(sessions))
+    warmed = any((st.get("extra") or {}).get("warm_up") for s in sessions for st in s["steps"])
+    rungs = ", ".join(f"{r:,}" for r in data.get("rates", []))
+    how = (
+        f" Rungs (lines/s): {rungs}; each session first runs its lowest rung once, unjudged "
+        "(a fresh JVM's warm-up, as in the throughput ladder)."
+        if warmed
+        else f" Rungs (lines/s): {rungs}; no warm-up step (before 2026-11-29's change)."
+    )
+    return DESCRIPTION + how + "\n\n" + render_table(sessions, verdict(sessions))
 
 
 SECTION = Section(

@@ -1,6 +1,6 @@
 """Every benchmark of ``make bench``, one after the other, on the same machine (issues 11, 20, 30).
 
-    python -m bench.run                                # every section; ~2.1-3.1 h (see below)
+    python -m bench.run                                # every section; ~2.1-3.2 h (see below)
     python -m bench.run --quick                        # smoke: every section short, ~25 min
     python -m bench.run --sections tracker --repeats 5
     python -m bench.run --sections throughput --systems dstream --pipelines two_action
@@ -39,10 +39,10 @@ processes starting and registering); wal 4-5 min; latency ~2-2.5 min (3 cases x 
 backpressure 4.5-6 min (2 x 120 s and the drain); replication 7-8 min (4 x 10 s of
 store(one), 4 x 60 s word counts on local-cluster); cold_start 2.5-4 min; repeated_actions
 ~2-2.5 min; query_floor 6-8 min (9 rungs x 2 queries x 2 forms x 9 runs); observability
-15-20 min (3 rounds x 2 sessions of up to 8 rungs x 15 s); cpu_breakdown 4.5-6 min (2 systems
-x 2 pipelines x 30 s, Spark alone, the profiles); throughput 78-120 min (3 runs of
-the ladder, each within its 40-minute budget; the run of 2026-11-24 took 26 min). In all
-about 2.1-3.1 hours.
+14-25 min (3 rounds x 2 sessions of a warm-up step and up to 12 rungs x 15 s);
+cpu_breakdown 4.5-6 min (2 systems x 2 pipelines x 30 s, Spark alone, the profiles);
+throughput 78-120 min (3 runs of the ladder, each within its 40-minute budget; the run of
+2026-11-24 took 26 min). In all about 2.1-3.2 hours.
 
 Adding a section
 ----------------

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.harness import StepResult
-from bench.observability import capacity, render_table, verdict
+from bench.observability import FULL_RATES, capacity, first_failed, render_table, verdict
 from bench.run import REPEATED, SECTIONS, section_argv
 
 
@@ -123,3 +124,33 @@ def test_thread_cpu_is_read_only_when_every_named_thread_is_alive():
     finally:
         stop.set()
         t.join()
+
+
+def test_the_warm_up_step_is_no_rung_held_or_failed():
+    """Each session warms up on its first rung unjudged, as the throughput ladder's do."""
+    from dataclasses import replace
+
+    warm = replace(step(62_500, False), extra={"warm_up": True})
+    assert capacity([warm, step(62_500, True), step(78_100, False)]) == 62_500
+    assert capacity([replace(warm, sustained=True), step(62_500, False)]) == 0
+    raw = [warm.to_dict(), step(62_500, True).to_dict(), step(78_100, False).to_dict()]
+    assert first_failed(raw) == 78_100
+    assert first_failed(raw[:2]) is None
+
+
+def test_the_rungs_are_the_throughput_ladders_spacing_from_below_a_slow_hours_capacity():
+    assert FULL_RATES[0] < 100_000  # 2026-11-29: every session held or failed 100,000
+    assert all(b / a <= 1.25 for a, b in itertools.pairwise(FULL_RATES))
+    assert FULL_RATES[-1] >= 710_000  # what "off" held on a fast hour (2026-11-24)
+
+
+def test_the_section_names_its_rungs_and_whether_its_sessions_warmed_up():
+    from bench.observability import render
+
+    warm = {"extra": {"warm_up": True}, "offered_rate": 62_500, "sustained": True}
+    sessions = [session(1, "off", 62_500, {}, 78_100), session(1, "on", 62_500, {}, 78_100)]
+    data = {"rates": [62_500, 78_100], "sessions": sessions}
+    assert "no warm-up step" in render(data) and "62,500, 78,100" in render(data)
+    for s in sessions:
+        s["steps"].insert(0, dict(warm))
+    assert "first runs its lowest rung once, unjudged" in render(data)
