@@ -93,15 +93,21 @@ is_running() {
     [ -s "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null
 }
 
+# Wait until something listens on 127.0.0.1:PORT, for at most SECONDS of wall time. The
+# probe is bash's own /dev/tcp (no process per try), and the bound is the clock's: it was a
+# count of tries, each starting a python3, and beside a CPU hog each try took seconds, so a
+# broker that did not come back had a restart wait far past its test's 300 s timeout
+# (2026-11-29), which then left RabbitMQ half-started for every later test of the session.
 wait_for_port() {
-    local port=$1 name=$2 log=$3 tenths=${4:-100}
-    for _ in $(seq 1 "$tenths"); do
-        if python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2).close()' "$port" 2>/dev/null; then
+    local port=$1 name=$2 log=$3 seconds=${4:-60} deadline
+    deadline=$((SECONDS + seconds))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             return 0
         fi
         sleep 0.1
     done
-    echo "services.sh: $name did not listen on 127.0.0.1:$port within $((tenths / 10)) s; its log:" >&2
+    echo "services.sh: $name did not listen on 127.0.0.1:$port within $seconds s; its log:" >&2
     tail -n 20 "$log" >&2 2>/dev/null || true
     return 1
 }
@@ -188,7 +194,7 @@ EOF
             # an epmd of our own on a free port (erl uses a running one, never starts another)
             setsid epmd -address 127.0.0.1 -port "$epmd_port" >>"$dir/log" 2>&1 </dev/null &
             echo $! > "$dir/epmd.pid"
-            wait_for_port "$epmd_port" epmd "$dir/log" 50 || die "epmd did not start (log: $dir/log)"
+            wait_for_port "$epmd_port" epmd "$dir/log" 30 || die "epmd did not start (log: $dir/log)"
             HOME="$dir/home" ERL_EPMD_PORT=$epmd_port ERL_EPMD_ADDRESS=127.0.0.1 \
                 RABBITMQ_NODENAME="spark-$port@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
                 RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$dist_port \
@@ -215,15 +221,15 @@ EOF
 
 # Start NAME from its folder (port, config, data) and wait until it listens.
 launch() {
-    local name=$1 dir port tenths=100
+    local name=$1 dir port seconds=60
     dir="$STATE_ROOT/$name" port=$(cat "$STATE_ROOT/$name/port")
     case "$name" in
         amqp | nats) launch_broker "$name" ;;
         redis) launch_redis "$dir" "$port" ;;
     esac
-    [ "$name" = amqp ] && tenths=1200 # an Erlang VM and RabbitMQ's boot: seconds when busy
+    [ "$name" = amqp ] && seconds=180 # an Erlang VM and RabbitMQ's boot: a minute when busy
     wait_for_pid_file "$dir/pid" || die "$name wrote no pid file $dir/pid (log: $dir/log)"
-    wait_for_port "$port" "$name" "$dir/log" "$tenths" || {
+    wait_for_port "$port" "$name" "$dir/log" "$seconds" || {
         tail -n 20 "$dir"/logs/*.log >&2 2>/dev/null || true
         stop_server "$name"
         die "$name failed to start"
@@ -247,10 +253,15 @@ stop_processes() {
         fi
         rm -f "$file"
     done
-    # RabbitMQ's VM, should its wrapper script have gone first
+    # RabbitMQ's VM, should its wrapper script have gone first; waited for, so that a
+    # restart's new VM does not find its ports still held by the old one
     if [ -s "$dir/beam.pid" ]; then
         pid=$(cat "$dir/beam.pid")
         kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
         rm -f "$dir/beam.pid"
     fi
     return 0

@@ -2,14 +2,17 @@
 
 Each server is started once per test session through scripts/services.sh (which
 installs it with apt-get when missing) in a state folder of this session, on a
-free port of 127.0.0.1, and stopped at the end. A test that needs a server
-fails, never skips, when the server cannot be started.
+free port of 127.0.0.1, and stopped at the end. The fixtures are per test: each
+checks that its server still listens and starts it again (its port, its data)
+when it does not. A test that needs a server fails, never skips, when the server
+cannot be started.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import socket
 import subprocess
 import tempfile
 import threading
@@ -27,28 +30,52 @@ def _env() -> dict[str, str]:
     return {**os.environ, "SPARK_RECEIVERS_SERVICES_DIR": _state_dir}
 
 
+def _services(name: str, command: str, *args: str) -> str:
+    """``scripts/services.sh COMMAND NAME ARGS``; its stdout (pytest.fail when it fails)."""
+    try:
+        done = subprocess.run(
+            ["bash", str(SCRIPT), command, name, *args],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.fail(f"cannot run {SCRIPT} {command} {name}: {e}")
+    if done.returncode != 0:
+        pytest.fail(
+            f"{name} could not be started by scripts/services.sh {command} (exit "
+            f"{done.returncode}); the tests of its receiver need a real {name}.\n"
+            f"{done.stderr[-2000:]}"
+        )
+    return done.stdout
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def start_service(name: str) -> int:
-    """Start ``name`` once for the session; return its port (pytest.fail when it can't)."""
+    """Start ``name`` once for the session; return its port (pytest.fail when it can't).
+
+    A server started before that no longer listens (a test's restart of it failed, or it
+    died) is started again on its port, with its data where it keeps any, so that one
+    test's failure does not fail every later test of that server: on 2026-11-29 a RabbitMQ
+    restart that timed out beside a CPU hog failed seven more AMQP tests of the session.
+    """
     with _lock:
         if name in _ports:
+            if _listening(_ports[name]):
+                return _ports[name]
+            again = "restart" if name in ("redis", "amqp", "nats") else "start"
+            _services(name, again, str(_ports[name]))
             return _ports[name]
-        try:
-            done = subprocess.run(
-                ["bash", str(SCRIPT), "start", name],
-                env=_env(),
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            pytest.fail(f"cannot run {SCRIPT} start {name}: {e}")
-        if done.returncode != 0:
-            pytest.fail(
-                f"{name} could not be started by scripts/services.sh (exit {done.returncode}); "
-                f"the tests of its receiver need a real {name}.\n{done.stderr[-2000:]}"
-            )
-        port = int(done.stdout.strip().splitlines()[-1])
+        port = int(_services(name, "start").strip().splitlines()[-1])
         _ports[name] = port
         if len(_ports) == 1:
             atexit.register(stop_all)
@@ -56,16 +83,24 @@ def start_service(name: str) -> int:
 
 
 def restart_service(name: str) -> None:
-    """Stop ``name`` and start it again on the same port with its data (redis, amqp, nats)."""
+    """Stop ``name`` and start it again on the same port with its data (redis, amqp, nats).
+
+    Bounded by scripts/services.sh itself (its stop and its wait for the port: at most
+    ~5 min for RabbitMQ beside a CPU hog), so that a failure reports the server's log;
+    a test that restarts a server needs a ``timeout`` mark above that.
+    """
     with _lock:
-        done = subprocess.run(
-            ["bash", str(SCRIPT), "restart", name],
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                ["bash", str(SCRIPT), "restart", name],
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=420,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(f"scripts/services.sh restart {name} did not end in {e.timeout:g} s")
     if done.returncode != 0:
         pytest.fail(f"scripts/services.sh restart {name} failed:\n{done.stderr[-2000:]}")
 
@@ -86,19 +121,19 @@ def stop_all() -> None:
         _ports.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def redis_url() -> str:
     """``redis://127.0.0.1:<port>/0`` of the session's redis-server."""
     return f"redis://127.0.0.1:{start_service('redis')}/0"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def mosquitto_port() -> int:
     """The port of the session's mosquitto on 127.0.0.1."""
     return start_service("mosquitto")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def amqp_url() -> str:
     """``amqp://user:password@127.0.0.1:<port>/%2F`` of the session's RabbitMQ (no guest)."""
     port = start_service("amqp")
@@ -106,7 +141,7 @@ def amqp_url() -> str:
     return f"amqp://{user}:{password}@127.0.0.1:{port}/%2F"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def nats_url() -> str:
     """``nats://user:password@127.0.0.1:<port>`` of the session's nats-server (JetStream on)."""
     port = start_service("nats")

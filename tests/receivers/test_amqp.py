@@ -175,6 +175,9 @@ def test_a_message_stored_but_not_acked_before_a_kill_9_is_delivered_again(
     assert depth(amqp_url, queue) == 0
 
 
+# A bound, not a verdict: the restart alone may take minutes beside a CPU hog (its own
+# bound is in scripts/services.sh and restart_service).
+@pytest.mark.timeout(600)
 def test_a_broker_restart_mid_stream_loses_nothing_acked(amqp_url, queue):
     receiver = AmqpReceiver(
         amqp_url, queue, batch_wait_ms=50, backoff_base_ms=200, max_backoff_ms=1000
