@@ -30,7 +30,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "SPARK_RECEIVERS_SERVICES_DIR": _state_dir}
 
 
-def _services(name: str, command: str, *args: str) -> str:
+def _services(name: str, command: str, *args: str, timeout_s: float = 600) -> str:
     """``scripts/services.sh COMMAND NAME ARGS``; its stdout (pytest.fail when it fails)."""
     try:
         done = subprocess.run(
@@ -38,7 +38,7 @@ def _services(name: str, command: str, *args: str) -> str:
             env=_env(),
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=timeout_s,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -90,19 +90,7 @@ def restart_service(name: str) -> None:
     a test that restarts a server needs a ``timeout`` mark above that.
     """
     with _lock:
-        try:
-            done = subprocess.run(
-                ["bash", str(SCRIPT), "restart", name],
-                env=_env(),
-                capture_output=True,
-                text=True,
-                timeout=420,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            pytest.fail(f"scripts/services.sh restart {name} did not end in {e.timeout:g} s")
-    if done.returncode != 0:
-        pytest.fail(f"scripts/services.sh restart {name} failed:\n{done.stderr[-2000:]}")
+        _services(name, "restart", timeout_s=420)
 
 
 def login(name: str) -> tuple[str, str]:
