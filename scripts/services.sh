@@ -112,6 +112,22 @@ wait_for_port() {
     return 1
 }
 
+# Wait until redis on 127.0.0.1:PORT answers PING with PONG, for at most SECONDS: it
+# listens before it has loaded its append-only file and answers "-LOADING" meanwhile
+# (a restart test's next command failed on it once the port probe got fast, 2026-11-29).
+wait_for_redis_ready() {
+    local port=$1 seconds=${2:-60} deadline reply
+    deadline=$((SECONDS + seconds))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'PING\r\n' >&3 \
+            && IFS= read -r -t 2 line <&3 && printf '%s' "$line") 2>/dev/null) || true
+        case "$reply" in +PONG*) return 0 ;; esac
+        sleep 0.1
+    done
+    echo "services.sh: redis on 127.0.0.1:$port did not answer PONG within $seconds s" >&2
+    return 1
+}
+
 wait_for_pid_file() {
     local file=$1
     for _ in $(seq 1 50); do
@@ -234,6 +250,9 @@ launch() {
         stop_server "$name"
         die "$name failed to start"
     }
+    if [ "$name" = redis ]; then
+        wait_for_redis_ready "$port" "$seconds" || die "redis did not load its data (log: $dir/log)"
+    fi
     echo "$port"
 }
 
