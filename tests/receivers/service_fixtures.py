@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+
+from spark_receivers.testing import _listening  # the loopback probe of the Connect server's start
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "services.sh"
 _lock = threading.Lock()
@@ -50,14 +51,6 @@ def _services(name: str, command: str, *args: str, timeout_s: float = 600) -> st
             f"{done.stderr[-2000:]}"
         )
     return done.stdout
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def start_service(name: str) -> int:
