@@ -60,6 +60,50 @@ def test_a_thread_a_fork_would_lose_hands_over_to_pysparks_plain_daemon():
     assert 0 < port < 65536, err  # and the plain daemon still serves the executor
 
 
+def _spark_home(root, *, version="0.10.9.9"):
+    """A pip-installed PySpark's layout under ``root``: the path Spark gives its workers."""
+    site = root / "site"
+    (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (site / "pyspark" / "jars").mkdir()
+    (site / "py4j").mkdir()
+    for module in (site / "pyspark" / "__init__.py", site / "py4j" / "__init__.py"):
+        module.write_text("")
+    lib, jars = site / "pyspark" / "python" / "lib", site / "pyspark" / "jars"
+    added = [
+        lib / "pyspark.zip",
+        lib / f"py4j-{version}-src.zip",
+        jars / "spark-core_2.13-4.3.0.jar",
+    ]
+    for entry in added:
+        entry.write_bytes(b"")
+    return site / "pyspark", [str(p) for p in added], str(site)
+
+
+def test_what_spark_adds_for_a_pip_installed_pyspark_is_taken_off_the_path(tmp_path):
+    home, added, site = _spark_home(tmp_path)
+    users = [str(tmp_path / "users.zip"), str(home / "jars" / "graphframes.jar")]
+    path = [*added, *users, site]
+    assert sorted(worker_daemon.redundant_spark_paths(path, str(home))) == sorted(added)
+
+
+def test_a_py4j_zip_of_another_version_than_the_installed_one_stays(tmp_path):
+    home, added, site = _spark_home(tmp_path, version="0.0.1")
+    found = worker_daemon.redundant_spark_paths([*added, site], str(home))
+    assert found == [added[0], added[2]]
+
+
+def test_a_spark_distribution_beside_another_pyspark_keeps_its_zips(tmp_path):
+    home, added, site = _spark_home(tmp_path)
+    other = tmp_path / "dist"
+    (other / "python" / "lib").mkdir(parents=True)
+    spark_zip = other / "python" / "lib" / "pyspark.zip"
+    spark_zip.write_bytes(b"")
+    path = [str(spark_zip), site]
+    assert worker_daemon.redundant_spark_paths(path, str(other)) == []
+    assert worker_daemon.redundant_spark_paths(added, str(home)) == []  # no pyspark elsewhere
+    assert worker_daemon.redundant_spark_paths([*added, site], None) == []
+
+
 def test_a_failed_import_is_a_reason_to_hand_over():
     reason = worker_daemon.preload(("pyarrow", "no_such_module_of_ours"))
     assert reason is not None and "no_such_module_of_ours" in reason
@@ -89,3 +133,20 @@ def test_the_sessions_workers_are_forked_by_it_with_the_modules_loaded(spark):
     for row in rows:
         assert DAEMON in row["parent"], row
         assert row["loaded"].split(",") == list(worker_daemon.PRELOADED), row
+
+
+@pytest.mark.spark
+def test_the_workers_import_the_installed_pyspark_not_the_zip_spark_adds(spark):
+    import pyspark
+
+    def probe(_):
+        import sys as sys_
+
+        import pyspark as pyspark_
+
+        spark_home = os.path.dirname(pyspark_.__file__)
+        return [(pyspark_.__file__, [p for p in sys_.path if p.startswith(spark_home)])]
+
+    [(module, archives)] = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()
+    assert module == pyspark.__file__  # not .../pyspark/python/lib/pyspark.zip/...
+    assert archives == []  # nor the py4j zip or spark-core jar beside it
