@@ -7,6 +7,7 @@ and that the daemon hands over to PySpark's plain one when a fork would not be s
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import struct
 import subprocess
@@ -60,8 +61,12 @@ def test_a_thread_a_fork_would_lose_hands_over_to_pysparks_plain_daemon():
     assert 0 < port < 65536, err  # and the plain daemon still serves the executor
 
 
-def _spark_home(root, *, version="0.10.9.9"):
-    """A pip-installed PySpark's layout under ``root``: the path Spark gives its workers."""
+def _spark_home(root, *, version=None):
+    """A pip-installed PySpark's layout under ``root``: the path Spark gives its workers.
+
+    Its py4j zip has the installed py4j's version unless ``version`` says otherwise.
+    """
+    version = version or importlib.metadata.version("py4j")
     site = root / "site"
     (site / "pyspark" / "python" / "lib").mkdir(parents=True)
     (site / "pyspark" / "jars").mkdir()
