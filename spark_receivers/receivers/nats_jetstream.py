@@ -169,8 +169,6 @@ class NatsReceiver(ThreadedReceiver):
         asyncio.run(self._run())
 
     async def _run(self) -> None:
-        import nats.errors
-
         nc = await self._connect()
         try:
             js = nc.jetstream()
@@ -185,8 +183,12 @@ class NatsReceiver(ThreadedReceiver):
                     raise ReceiverError(msg)
                 try:
                     msgs = await sub.fetch(batch_limit, timeout=wait_s)
-                except nats.errors.TimeoutError:
-                    continue  # nothing to fetch within fetch_wait_ms
+                except TimeoutError:
+                    # Nothing to fetch within fetch_wait_ms. nats-py raises its own
+                    # TimeoutError or, from one path of a pull fetch, asyncio's (the builtin
+                    # since 3.11): the second was taken for a failure and restarted the
+                    # receiver with a growing back-off (ft37, 2026-11-29).
+                    continue
                 if msgs:
                     await self._store_and_ack(nc, msgs)
                     self.mark_healthy()
