@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import nats
 import nats.js.api as api
+import nats.js.client
 import pyarrow as pa
 import pytest
 from harness import HarnessSupervisor, free_port
@@ -106,6 +108,35 @@ def test_messages_arrive_in_order_and_are_acked_after_the_store(nats_url, stream
     finally:
         sup.shutdown()
     assert consumer_state(nats_url, stream, "d1") == (0, 0)
+
+
+def test_an_idle_stream_is_waited_on_whichever_timeout_a_fetch_raises(
+    nats_url, stream, monkeypatch
+):
+    # An empty pull fetch ends in nats-py's TimeoutError or, from the path where the
+    # server's "no messages" answer uses up the wait, asyncio's (the builtin): both mean
+    # "nothing yet". Taking the second for a failure restarted the receiver (ft37). With a
+    # 1 ms wait an idle stream meets both kinds within seconds; the spy only counts them.
+    seen: collections.Counter[str] = collections.Counter()
+    real = nats.js.client.JetStreamContext.PullSubscription.fetch
+
+    async def counted_fetch(self, *args, **kwargs):
+        try:
+            return await real(self, *args, **kwargs)
+        except TimeoutError as e:
+            seen["asyncio" if type(e) is TimeoutError else "nats"] += 1
+            raise
+
+    monkeypatch.setattr(nats.js.client.JetStreamContext.PullSubscription, "fetch", counted_fetch)
+    receiver = NatsReceiver(nats_url, stream, durable="idle", fetch_wait_ms=1)
+    sup = start(receiver)
+    try:
+        assert wait_until(lambda: seen["asyncio"] >= 3 and seen["nats"] >= 3, 30), seen
+        publish(nats_url, f"{stream}.a", [f"m{i}".encode() for i in range(20)])
+        assert sup.wait_for(20) == [f"m{i}" for i in range(20)]
+    finally:
+        sup.shutdown()
+    assert sup.restarts == [] and sup.errors == [], (sup.restarts, sup.errors, seen)
 
 
 def test_a_message_whose_store_failed_comes_again_after_ack_wait_flagged(nats_url, stream):
