@@ -303,6 +303,22 @@ def test_a_receiver_that_never_started_fails_the_run_with_its_last_error():
     assert idle.code == 0
 
 
+def test_a_receiver_that_started_only_during_the_stop_fails_the_run():
+    # It registered while the graceful stop waited for it, and was stopped at once: the
+    # run received nothing, which is not the clean run of an idle source.
+    late = receiver("127.0.0.1:4000")
+    out = judge(status(receivers=(late,)), {}, None, wal=False, unstarted_at_stop={0})
+    assert out.code == 1
+    assert out.lines[-1] == (
+        "error: receiver SocketTextReceiver-0 had not started when the stop began, so nothing "
+        "was received; its task started only as the run was stopping (a slow executor or an "
+        "overloaded machine; a longer run gives it time). Check the source and the cluster"
+    )
+    # Records from it (it started during the stop and caught up) are a run that received.
+    caught_up = status(receivers=(late,), records_received=5, records_processed=5)
+    assert judge(caught_up, {}, None, wal=False, unstarted_at_stop={0}).code == 0
+
+
 def test_a_recovered_run_whose_receiver_never_started_fails_like_any_other():
     # It redid its checkpoint's batches, but received nothing new: its receiver did not
     # start within startTimeout (a graceful stop waits for a receiver still starting, so

@@ -354,6 +354,7 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
     ssc.add_streaming_listener(progress)
     wake, stop_asked = threading.Event(), threading.Event()
     failures: list[BaseException] = []
+    unstarted: set[int] = set()  # receivers not registered when the graceful stop began
 
     def on_signal(signum: int, frame: Any) -> None:
         if stop_asked.is_set():
@@ -391,6 +392,7 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
         source_watch, gave_up = _wait(plan, ssc, wake)
         if not failures and watcher.is_alive():
             say("stopping gracefully (Ctrl-C again to stop at once) ...")
+            unstarted.update(r.stream_id for r in ssc.status().receivers if r.endpoint is None)
             ssc.stop(graceful=True)
         watcher.join(STOP_BOUND_S)
         if watcher.is_alive():
@@ -409,7 +411,9 @@ def _stream(plan: IngestPlan, spark: SparkSession) -> int:
     if failures:
         _settle(spark, ssc.status, progress)
     failure = one_line(failures[0]) if failures else None
-    outcome = judge(ssc.status(), progress.counts(), failure, wal=plan.wal)
+    outcome = judge(
+        ssc.status(), progress.counts(), failure, wal=plan.wal, unstarted_at_stop=unstarted
+    )
     for line in outcome.lines:
         say(line)
     return outcome.code

@@ -7,9 +7,9 @@ Exit statuses:
   a batch that succeeded;
 * ``1`` — the stream failed (a batch failed, the context failed), the source's
   server stayed unreachable (``--unreachable-timeout``, or at the stop), the stop
-  left received records unprocessed, or a receiver never started and nothing was
-  received (a recovered run too: it redid its checkpoint's batches, but received
-  nothing new);
+  left received records unprocessed, or a receiver had not started when the stop
+  began and nothing was received (a recovered run too: it redid its checkpoint's
+  batches, but received nothing new);
 * ``2`` — a bad argument, URI, sink or setting (before Spark starts when it can be
   known then);
 * ``130`` — stopped at once by a second Ctrl-C.
@@ -17,7 +17,7 @@ Exit statuses:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +46,15 @@ def judge(
     failure: str | None,
     *,
     wal: bool,
+    unstarted_at_stop: Collection[int] = (),
 ) -> Outcome:
     """The outcome of a run that has stopped.
 
     ``status``: the context's after the stop; ``counts``: the progress printer's
     (:meth:`ProgressPrinter.counts`); ``failure``: why the context failed, on one
-    line, if it did; ``wal``: whether received records were in a write-ahead log.
+    line, if it did; ``wal``: whether received records were in a write-ahead log;
+    ``unstarted_at_stop``: the stream ids of the receivers that had not registered when
+    the stop began.
     """
     submitted: Mapping[int, int] = counts.get("submitted", {})
     # A recovered run first redoes the batches a crash left unfinished: their records
@@ -89,21 +92,29 @@ def judge(
             "spark.streaming.gracefulStopTimeout gives the last batches more time"
         )
         return Outcome(EXIT_FAILED, (*lines, reason))
-    # Never registered. Not a matter of when the run was stopped: a graceful stop lets a
-    # receiver still starting finish first, within spark.receivers.receiver.startTimeout
-    # of its launch (driver/job_scheduler.py), so this one failed to start, or no executor
-    # ran its task for that long.
-    never = [r for r in status.receivers if r.endpoint is None]
+    # Not started by the time the stop began: never registered at all, or registered
+    # only while the graceful stop waited for it (a stop lets a receiver still starting
+    # finish its start, within spark.receivers.receiver.startTimeout of its launch,
+    # driver/job_scheduler.py). Either way the run received nothing from it.
+    late = set(unstarted_at_stop)
+    never = [r for r in status.receivers if r.endpoint is None or r.stream_id in late]
     if never and received == 0:
         r = never[0]
-        why = (
-            f"its last error: {r.last_error_message}"
-            if r.last_error_message
-            else "no executor ran its task within spark.receivers.receiver.startTimeout "
-            "(are the executors' task slots all taken?)"
-        )
+        if r.last_error_message:
+            why = f"its last error: {r.last_error_message}"
+        elif r.endpoint is None:
+            why = (
+                "no executor ran its task within spark.receivers.receiver.startTimeout "
+                "(are the executors' task slots all taken?)"
+            )
+        else:
+            why = (
+                "its task started only as the run was stopping (a slow executor or an "
+                "overloaded machine; a longer run gives it time)"
+            )
+        when = "never started" if r.endpoint is None else "had not started when the stop began"
         reason = (
-            f"error: receiver {r.name} never started, so nothing was received; {why}. "
+            f"error: receiver {r.name} {when}, so nothing was received; {why}. "
             "Check the source and the cluster"
         )
         return Outcome(EXIT_FAILED, (*lines, reason))
