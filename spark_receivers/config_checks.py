@@ -13,8 +13,26 @@ import re
 from typing import Any
 
 from spark_receivers.errors import ConfigError
-from spark_receivers.receiver.bad_records import check_max_record_bytes
 from spark_receivers.util.durations import parse_duration
+
+MAX_RECORD_BYTES_LIMIT = 64 * 1024 * 1024
+"""The most ``max_record_bytes`` may be (64 MiB, the block generator's block size)."""
+
+
+def check_max_record_bytes(value: object, what: str) -> int:
+    """``value`` as a record size limit: an int in 1..MAX_RECORD_BYTES_LIMIT; ConfigError else."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 < value <= (MAX_RECORD_BYTES_LIMIT)
+    ):
+        msg = (
+            f"{what} must be an integer number of bytes in 1..{MAX_RECORD_BYTES_LIMIT:,} "
+            f"(64 MiB: a larger row endangers the executor's JVM), got {value!r}"
+        )
+        raise ConfigError(msg)
+    return value
+
 
 RATE_ESTIMATORS = ("pid",)
 """Names accepted by ``spark.streaming.backpressure.rateEstimator``."""

@@ -22,7 +22,8 @@ held whole (and copied several times: Arrow, Spark's rows, the batch cache, the
 sink's buffers) in an executor's JVM; one large enough kills it, and with it every
 batch. So each built-in receiver refuses a record longer than its
 ``max_record_bytes`` (by default ``spark.receivers.receiver.maxRecordBytes``,
-:data:`DEFAULT_MAX_RECORD_BYTES`; at most :data:`MAX_RECORD_BYTES_LIMIT`) as a bad
+:data:`DEFAULT_MAX_RECORD_BYTES`; at most
+:data:`spark_receivers.config_checks.MAX_RECORD_BYTES_LIMIT`) as a bad
 record, before it is stored, and no block carries one whatever receiver stored it:
 :func:`oversize_rows` finds them in a block, which is stored without them.
 """
@@ -46,25 +47,8 @@ from spark_receivers.errors import BadRecordError, ConfigError
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 """The longest record (bytes) a built-in receiver takes unless told otherwise (1 MiB)."""
-MAX_RECORD_BYTES_LIMIT = 64 * 1024 * 1024
-"""The most ``max_record_bytes`` may be (64 MiB, the block generator's block size)."""
 INLINE_DEAD_LETTER_BYTES = 1024 * 1024
 """A dead letter longer than this goes to a file of its own, not into its JSON line."""
-
-
-def check_max_record_bytes(value: object, what: str) -> int:
-    """``value`` as a record size limit: an int in 1..MAX_RECORD_BYTES_LIMIT; ConfigError else."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 0 < value <= (MAX_RECORD_BYTES_LIMIT)
-    ):
-        msg = (
-            f"{what} must be an integer number of bytes in 1..{MAX_RECORD_BYTES_LIMIT:,} "
-            f"(64 MiB: a larger row endangers the executor's JVM), got {value!r}"
-        )
-        raise ConfigError(msg)
-    return value
 
 
 def too_long(size: int, limit: int) -> str:

@@ -50,9 +50,10 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from spark_receivers.config_checks import check_max_record_bytes
 from spark_receivers.errors import ConfigError, ReceiverError
 from spark_receivers.receiver import source_support
-from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
+from spark_receivers.receiver.bad_records import DEFAULT_MAX_RECORD_BYTES
 from spark_receivers.receiver.receiver import Receiver
 from spark_receivers.receiver.schema import is_default
 from spark_receivers.util.options import require_positive_numbers

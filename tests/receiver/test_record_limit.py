@@ -16,8 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_receivers import Receiver
+from spark_receivers.config_checks import MAX_RECORD_BYTES_LIMIT
 from spark_receivers.errors import BadRecordError, ConfigError
-from spark_receivers.receiver.bad_records import MAX_RECORD_BYTES_LIMIT, split_oversize
+from spark_receivers.receiver.bad_records import split_oversize
 from spark_receivers.rpc import messages as m
 from spark_receivers.testing import StandInTracker, supervise
 
