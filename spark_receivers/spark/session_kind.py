@@ -48,6 +48,12 @@ __all__ = [
 Located = tuple[Any, Sequence[object]]
 """One task's item and the locations it prefers (``str()``: ``executor_<host>_<id>`` or host)."""
 
+SIMPLIFIED_TRACEBACK_CONF = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+"""Spark's SQL conf (default true) under which its SQL runners set the variable below."""
+SIMPLIFIED_TRACEBACK_ENV = "SPARK_SIMPLIFIED_TRACEBACK"
+_ENVIRONMENT_LOCK = threading.Lock()
+"""Held while a located RDD's function is made with the variable in ``sc.environment``."""
+
 EXECUTORS_TTL_S = 5.0
 """How long a Connect side trusts the executors its last discovery job saw."""
 
@@ -246,7 +252,36 @@ class ClassicSide(SparkSide):
         self, items: Sequence[Located], func: Callable[..., Iterable[Any]], strict: bool
     ) -> tuple[list[Any], list[int]]:
         """See :meth:`SparkSide.run_located`."""
-        return located_rdd(self.sc, items).mapPartitions(func).collect(), []
+        rdd = located_rdd(self.sc, items).mapPartitions(func)
+        self._with_sql_worker_env(rdd)
+        return rdd.collect(), []
+
+    def _with_sql_worker_env(self, rdd: Any) -> None:
+        """Make ``rdd``'s Python function now, in the environment SQL's Python tasks get.
+
+        An executor keeps one Python daemon for each environment its Python tasks ask
+        for. Spark's SQL runners (the batch reads through our data source, ``mapInArrow``)
+        add ``SPARK_SIMPLIFIED_TRACEBACK=1`` to the function's environment unless
+        :data:`SIMPLIFIED_TRACEBACK_CONF` is false; its RDD runner does not. So
+        receivers, keeper tasks and probes had a daemon of their own on every executor,
+        started again in every application: ~1.1 CPU-s each (the second of two daemons
+        of a local ``ingest``, 2026-11-29), and on a loaded machine seconds more before
+        the first batch with records. The function takes a copy of ``sc.environment``
+        when it is made (``PipelinedRDD._jrdd``), so the variable is there only then.
+        """
+        if self.sc.getConf().get(SIMPLIFIED_TRACEBACK_CONF, "true").strip().lower() != "true":
+            return
+        with _ENVIRONMENT_LOCK:
+            env = self.sc.environment
+            before = env.get(SIMPLIFIED_TRACEBACK_ENV)
+            env[SIMPLIFIED_TRACEBACK_ENV] = "1"
+            try:
+                rdd._jrdd  # noqa: B018  (made and kept by PySpark's PipelinedRDD)
+            finally:
+                if before is None:
+                    env.pop(SIMPLIFIED_TRACEBACK_ENV, None)
+                else:
+                    env[SIMPLIFIED_TRACEBACK_ENV] = before
 
     def add_py_file(self, path: str) -> None:
         """See :meth:`SparkSide.add_py_file`."""
