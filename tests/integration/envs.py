@@ -51,16 +51,12 @@ def _run(cmd: list[str], what: str, timeout: float = 600) -> None:
         )
 
 
-def _make_venv(path: Path, packages: list[str]) -> None:
-    """A venv at ``path`` with ``packages`` installed.
-
-    Made without pip (ensurepip's own install of pip was a fifth of the time of building
-    one); this venv's pip installs into it (:func:`_pip_install`).
-    """
+def _make_venv(path: Path) -> None:
+    """An empty venv at ``path``, without pip: ensurepip's own install of pip was a fifth
+    of the time of building one, and this venv's pip installs into it
+    (:func:`_pip_install`)."""
     base = getattr(sys, "_base_executable", sys.executable)
     _run([base, "-m", "venv", "--without-pip", str(path)], f"python -m venv {path}")
-    if packages:
-        _pip_install(path, packages)
 
 
 def _pip_install(venv: Path, args: list[str]) -> None:
@@ -128,7 +124,7 @@ def bare_env() -> Path:
     python = path / "bin" / "python"
     if not (path / ".ready").exists():
         shutil.rmtree(path, ignore_errors=True)
-        _make_venv(path, [])
+        _make_venv(path)
         _link_distributions(_site_packages(path), _closure(REQUIREMENTS))
         (path / ".ready").touch()
     # Isolated (-I) and away from the checkout: from the repository's root, ``-c`` finds its
@@ -183,7 +179,7 @@ def packed_env() -> Path:
     # No pyspark in it: executors run PySpark from their Spark's python/lib/pyspark.zip.
     # The pinned packages as in the bare env (pip's unpacking and byte-compiling of them
     # again was ~50 s of the ~110 s this took).
-    _make_venv(venv, [])
+    _make_venv(venv)
     _link_distributions(_site_packages(venv), _closure(REQUIREMENTS))
     _pip_install(venv, ["--no-deps", str(wheel)])
     tmp = out.with_name(out.name + ".tmp.tar.gz")
