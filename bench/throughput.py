@@ -34,7 +34,7 @@ from bench.capacity import (
     render_readme_paragraph,
 )
 from bench.harness import Runner, StepResult, render_steps_table
-from bench.ladder import EXTRA_PIPELINES, PIPELINES, run_ladder, rung_grid
+from bench.ladder import EXTRA_PIPELINES, PIPELINES, RUNG_RATIO, run_ladder, rung_grid
 from bench.peers import run_dstream, run_structured_socket
 from bench.receivers import (
     run_spark_receivers,
@@ -157,7 +157,16 @@ def render(data: dict[str, Any]) -> str:
     caps = over_runs([capacities(steps) for steps in runs])
     floor = data.get("query_floor_fails") or {}
     n = len(runs)
+    spacing = data.get("spacing", RUNG_RATIO)
     out = [
+        (
+            f"**This run's rungs are {spacing:g}x apart** (`--spacing {spacing:g}`), not "
+            f"{RUNG_RATIO:g}x as said above: the coarse session climbs {spacing**4:.2f}x per "
+            f"step, and two systems that hold the same rung are bounded at >= "
+            f"{1 / spacing:.2f}x of each other."
+            if spacing != RUNG_RATIO
+            else ""
+        ),
         throughput_notes(runs),
         f"### Capacity (offered lines/s), {n} run{'s' if n != 1 else ''}",
         render_capacities(caps),
@@ -281,6 +290,13 @@ def parser() -> argparse.ArgumentParser:
         default=",".join(INGEST_SYSTEMS),
         help="systems that also run the ingest pipeline ('all' for every one)",
     )
+    p.add_argument(
+        "--spacing",
+        type=float,
+        help=f"ratio of one rung to the one below ({RUNG_RATIO}; > 1): two systems that hold "
+        "the same rung are bounded at >= 1/spacing of each other, so a 0.9x target needs "
+        "a spacing below 1.11",
+    )
     p.add_argument("--lowest", type=int, help="the lowest rung (lines/s)")
     p.add_argument("--highest", type=int, help="the grid ends at the first rung at or above it")
     p.add_argument("--seconds", type=float, help="seconds per step of the fine sessions")
@@ -311,8 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     if repeats < 1:
         p.error(f"--repeats must be >= 1, got {repeats}")
     grid = QUICK_GRID if args.quick else FULL_GRID
-    if args.lowest or args.highest:
-        grid = rung_grid(args.lowest or grid[0], args.highest or grid[-1])
+    spacing = args.spacing or RUNG_RATIO
+    if spacing <= 1:
+        p.error(f"--spacing must be > 1, got {spacing}")
+    if args.lowest or args.highest or args.spacing:
+        grid = rung_grid(args.lowest or grid[0], args.highest or grid[-1], spacing)
     seconds = args.seconds or (QUICK_STEP_S if args.quick else FULL_STEP_S)
     budget_s = (
         args.budget_minutes * 60
@@ -342,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     data = {
         "grid": grid,
+        "spacing": spacing,
         "step_s": seconds,
         "budget_s": budget_s,
         "batch_interval_s": args.batch_interval,

@@ -18,6 +18,7 @@ from bench.receivers import wal_status
 from bench.run import section_argv
 from bench.store_bench import RECORD_BYTES, FormResult, floor_rate, make_records
 from bench.store_bench import render as render_store
+from bench.throughput import render as render_throughput
 from bench.throughput import throughput_notes
 from bench.tracker_bench import TrackerResult, cpu_seconds, percentile, schedule, summarize
 from bench.tracker_bench import render as render_tracker
@@ -110,6 +111,15 @@ def test_throughput_notes_carry_load_and_wal_verdict_of_every_run():
     notes = throughput_notes([steps, [step("dstream", load_1m=1.0)]])
     assert "1.0-9.2" in notes and "NOT in effect" in notes and "run 1:" in notes
     assert "| 9.2 |" in render_steps_table(steps) or "| 9.3 |" in render_steps_table(steps)
+
+
+def test_a_throughput_section_says_when_its_rungs_are_not_the_default_spacing():
+    run = {"steps": [step("dstream", load_1m=1.0).to_dict()], "skipped": [], "elapsed_s": 60}
+    data = {"grid": [10_000, 11_000], "targets": [], "runs": [run]}
+    assert "rungs are" not in render_throughput(data)  # a raw file from before --spacing
+    finer = render_throughput({**data, "spacing": 1.1})
+    assert "**This run's rungs are 1.1x apart** (`--spacing 1.1`), not 1.25x" in finer
+    assert "bounded at >= 0.91x of each other" in finer
 
 
 def test_the_steps_table_shows_the_busy_cores_a_session_recorded():
