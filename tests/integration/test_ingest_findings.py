@@ -6,6 +6,7 @@ the real server started by scripts/services.sh and fed by its real client.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,9 @@ from ingest_run import IngestRun
 from service_fixtures import redis_url  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+WITH_RECORDS = re.compile(r"^batch \S+\s+in\s+[1-9]", re.MULTILINE)
+"""A progress line (``--progress lines``) of a batch with records."""
 
 
 def redis_cli(url: str, *args: str, data: bytes | None = None) -> str:
@@ -75,13 +79,18 @@ def test_local_mode_says_once_as_information_that_blocks_are_kept_once(tmp_path)
         [
             "--no-ui",
             *("--source", "generator://?rate=500", "--sink", "console", "--progress", "lines"),
-            *("--seconds", "5s"),  # several batches and many blocks: enough to say it twice
         ],
         tmp_path / "ingest.log",
         env={"SPARK_RECEIVERS_LOG_LEVEL": "INFO"},
     )
     try:
-        code = run.wait(600)
+        # Several batches with records, so many blocks: enough to say it twice. Waited for,
+        # not timed: a fixed --seconds could end before the receiver started on a slow host.
+        run.wait_for(
+            lambda text: len(WITH_RECORDS.findall(text)) >= 3, 300, "three batches with records"
+        )
+        run.interrupt()
+        code = run.wait(300)
     finally:
         run.stop()
     text = run.text()
