@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.harness import StepResult, render_steps_table
+from bench.receiver_start import _kind, _row
 from bench.receivers import wal_status
 from bench.run import section_argv
 from bench.store_bench import RECORD_BYTES, FormResult, floor_rate, make_records
@@ -486,3 +487,29 @@ def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit
     ]
     assert lowest_failing(rungs) == {"wordcount": 1_000_000, "two_action": 1_000_000}
     assert lowest_failing(rungs[:1]) == {}
+
+
+# -- receiver start -------------------------------------------------------------------------------
+
+
+def test_receiver_start_names_the_python_processes_of_a_run():
+    java = ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
+    daemon = ["/v/bin/python", "-m", "spark_receivers.spark.worker_daemon", "pyspark.worker"]
+    assert _kind(daemon, java) == "daemon"
+    assert _kind(daemon, daemon) == "worker (forked)"
+    assert _kind(["/v/bin/python", "-m", "pyspark.daemon"], java) == "daemon"
+    keeper = ["/v/bin/python", "-m", "spark_receivers.receiver.block_keeper"]
+    assert _kind(keeper, daemon) == "keeper"
+    spawner = ["/v/bin/python", "-c", "os.execv(x, ['-m', 'spark_receivers...block_keeper'])"]
+    assert _kind(spawner, daemon) == "keeper spawner"
+    assert _kind(java, ["bash"]) is None and _kind(["/v/bin/python", "x.py"], java) is None
+    run = {
+        "spark_up_s": 10.04, "start_returned_s": 11.0, "registered_s": 14.5,
+        "processes": [
+            {"kind": "daemon", "cpu_s": 1.1, "start_s": 12.0, "pid": 1},
+            {"kind": "worker (forked)", "cpu_s": 0.2, "start_s": 13.0, "pid": 2},
+        ],
+    }  # fmt: skip
+    assert _row(2, run) == (
+        "| 2 | 10.0 | 3.5 | - | 1 daemon (1.10 CPU-s); 1 worker (forked) (0.20 CPU-s) |"
+    )
