@@ -303,20 +303,23 @@ def test_a_receiver_that_never_started_fails_the_run_with_its_last_error():
     assert idle.code == 0
 
 
-def test_a_receiver_that_started_only_during_the_stop_fails_the_run():
-    # It registered while the graceful stop waited for it, and was stopped at once: the
-    # run received nothing, which is not the clean run of an idle source.
+def test_a_receiver_that_started_only_during_the_stop_is_named_but_the_run_is_clean():
+    # It registered while the graceful stop waited for it, and was stopped at once: it
+    # started, nothing it received was lost, and a status that depended on when the run
+    # was stopped would make it a matter of timing; the last line says why nothing came.
     late = receiver("127.0.0.1:4000")
     out = judge(status(receivers=(late,)), {}, None, wal=False, unstarted_at_stop={0})
-    assert out.code == 1
+    assert out.code == 0
     assert out.lines[-1] == (
-        "error: receiver SocketTextReceiver-0 had not started when the stop began, so nothing "
-        "was received; its task started only as the run was stopping (a slow executor or an "
-        "overloaded machine; a longer run gives it time). Check the source and the cluster"
+        "note: receiver SocketTextReceiver-0 started only as the run was stopping, so nothing "
+        "was received (its start was slow: a busy machine or executor; a longer run gives it "
+        "time)"
     )
-    # Records from it (it started during the stop and caught up) are a run that received.
+    # Records from it (it started during the stop and caught up): no note.
     caught_up = status(receivers=(late,), records_received=5, records_processed=5)
-    assert judge(caught_up, {}, None, wal=False, unstarted_at_stop={0}).code == 0
+    assert judge(caught_up, {}, None, wal=False, unstarted_at_stop={0}).lines == (
+        "done: 0 batches, 5 records processed, 5 received",
+    )
 
 
 def test_a_recovered_run_whose_receiver_never_started_fails_like_any_other():

@@ -7,9 +7,9 @@ Exit statuses:
   a batch that succeeded;
 * ``1`` — the stream failed (a batch failed, the context failed), the source's
   server stayed unreachable (``--unreachable-timeout``, or at the stop), the stop
-  left received records unprocessed, or a receiver had not started when the stop
-  began and nothing was received (a recovered run too: it redid its checkpoint's
-  batches, but received nothing new);
+  left received records unprocessed, or a receiver never started and nothing was
+  received (a recovered run too: it redid its checkpoint's batches, but received
+  nothing new);
 * ``2`` — a bad argument, URI, sink or setting (before Spark starts when it can be
   known then);
 * ``130`` — stopped at once by a second Ctrl-C.
@@ -92,30 +92,32 @@ def judge(
             "spark.streaming.gracefulStopTimeout gives the last batches more time"
         )
         return Outcome(EXIT_FAILED, (*lines, reason))
-    # Not started by the time the stop began: never registered at all, or registered
-    # only while the graceful stop waited for it (a stop lets a receiver still starting
-    # finish its start, within spark.receivers.receiver.startTimeout of its launch,
-    # driver/job_scheduler.py). Either way the run received nothing from it.
-    late = set(unstarted_at_stop)
-    never = [r for r in status.receivers if r.endpoint is None or r.stream_id in late]
+    # Never registered. Not a matter of when the run was stopped: a graceful stop lets a
+    # receiver still starting finish first, within spark.receivers.receiver.startTimeout
+    # of its launch (driver/job_scheduler.py), so this one failed to start, or no executor
+    # ran its task for that long.
+    never = [r for r in status.receivers if r.endpoint is None]
     if never and received == 0:
         r = never[0]
-        if r.last_error_message:
-            why = f"its last error: {r.last_error_message}"
-        elif r.endpoint is None:
-            why = (
-                "no executor ran its task within spark.receivers.receiver.startTimeout "
-                "(are the executors' task slots all taken?)"
-            )
-        else:
-            why = (
-                "its task started only as the run was stopping (a slow executor or an "
-                "overloaded machine; a longer run gives it time)"
-            )
-        when = "never started" if r.endpoint is None else "had not started when the stop began"
+        why = (
+            f"its last error: {r.last_error_message}"
+            if r.last_error_message
+            else "no executor ran its task within spark.receivers.receiver.startTimeout "
+            "(are the executors' task slots all taken?)"
+        )
         reason = (
-            f"error: receiver {r.name} {when}, so nothing was received; {why}. "
+            f"error: receiver {r.name} never started, so nothing was received; {why}. "
             "Check the source and the cluster"
         )
         return Outcome(EXIT_FAILED, (*lines, reason))
+    # Registered only while the graceful stop waited for it: it started, and what it
+    # received was processed, so the status stays 0 (it must not depend on when the run
+    # was stopped); but a run that received nothing says why.
+    late = [r for r in status.receivers if r.stream_id in set(unstarted_at_stop)]
+    if late and received == 0:
+        lines.append(
+            f"note: receiver {late[0].name} started only as the run was stopping, so nothing "
+            "was received (its start was slow: a busy machine or executor; a longer run "
+            "gives it time)"
+        )
     return Outcome(EXIT_OK, tuple(lines))
