@@ -8,7 +8,8 @@ Each run is a fresh process and JVM (``local[2]``, UI off) with one generator re
 ``start()`` returned, when the receiver registered (the listener's ``on_receiver_started``)
 and when the first batch with records completed, all in seconds from the process's start;
 then every Python process of the run (the executor's daemons, the workers they fork, the
-block keeper) with its start and its CPU-seconds, sampled from ``/proc`` every 0.1 s (a
+data source's planning workers, the block keeper) with when it was first seen and its
+CPU-seconds, sampled from ``/proc`` every 0.1 s by ``bench/proc_cpu.py``'s helpers (a
 process that lives less than that may be missed). A tool for finding where a start's time
 goes, not a section of ``make bench``; a busy machine stretches every step (the CPU-seconds
 change less), so say what ran beside it.
@@ -25,37 +26,24 @@ import threading
 import time
 from typing import Any
 
-TAG = "SPARK_RECEIVERS_START_TAG"
-"""Marks every process of one run (the JVM and the Python processes inherit it)."""
+from bench import proc_cpu
+from bench.harness import stat_cpu_seconds
 
-
-def _cmdline(pid: str) -> list[str]:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return [x.decode(errors="replace") for x in f.read().split(b"\0") if x]
-
-
-def _kind(cmd: list[str], parent: list[str]) -> str | None:
-    line = " ".join(cmd)
-    if not cmd or "java" in os.path.basename(cmd[0]):
-        return None
-    if "block_keeper" in line:  # the spawner runs -c code that forks and execs the keeper
-        return "keeper spawner" if "-c" in cmd else "keeper"
-    if "daemon" in line:  # spark_receivers.spark.worker_daemon or pyspark.daemon
-        forked = parent and "java" not in os.path.basename(parent[0])
-        return "worker (forked)" if forked else "daemon"
-    return None
+SHOWN = (proc_cpu.DAEMONS, proc_cpu.TASK_WORKERS, proc_cpu.PLANNER, proc_cpu.KEEPER)
+"""The kinds of :func:`bench.proc_cpu.classify` a run lists (not this process, the JVM)."""
 
 
 class ProcessWatch:
-    """Every Python process carrying this run's tag: its kind, start and CPU-seconds."""
+    """The Python processes under this one, and its block keepers: kind, first seen, CPU.
 
-    def __init__(self, tag: str, t0: float) -> None:
-        self.tag = f"{TAG}={tag}".encode()
+    Every 0.1 s, :func:`bench.proc_cpu.descendants` of this process (the JVM, its daemons
+    and the workers they fork) and the keepers of its JVMs (:func:`bench.proc_cpu.keepers_of`:
+    they run detached), classified by :func:`bench.proc_cpu.classify`.
+    """
+
+    def __init__(self, t0: float) -> None:
         self.t0 = t0
-        self.hz = os.sysconf("SC_CLK_TCK")
-        with open("/proc/stat") as f:
-            self.boot = float(f.read().split("btime ")[1].split()[0])
-        self.seen: dict[str, dict[str, Any]] = {}
+        self.seen: dict[int, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="process-watch", daemon=True)
 
@@ -69,37 +57,31 @@ class ProcessWatch:
         return sorted(self.seen.values(), key=lambda p: p["start_s"])
 
     def _run(self) -> None:
+        root = os.getpid()
         while not self._stop.wait(0.1):
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    self._sample(pid)
+            procs = proc_cpu.descendants(root)
+            jvms = [p.pid for p in procs.values() if p.comm == "java"]
+            for keeper in proc_cpu.keepers_of(jvms):
+                procs.update(proc_cpu.descendants(keeper))
+            for info in procs.values():
+                kind = proc_cpu.classify(info, root, procs)
+                if kind in SHOWN:
+                    self._sample(info.pid, kind)
 
-    def _sample(self, pid: str) -> None:
+    def _sample(self, pid: int, kind: str) -> None:
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if self.tag not in f.read():
-                    return
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            kind = _kind(_cmdline(pid), _cmdline(fields[1]))
-        except OSError:
-            return
-        if kind is None:
-            return
-        self.seen[pid] = {
-            "pid": int(pid),
-            "kind": kind,
-            "start_s": round(self.boot + int(fields[19]) / self.hz - self.t0, 2),
-            "cpu_s": round((int(fields[11]) + int(fields[12])) / self.hz, 2),
-        }
+            cpu = stat_cpu_seconds(f"/proc/{pid}/stat")
+        except (OSError, IndexError, ValueError):
+            return  # it ended
+        first = self.seen.get(pid, {}).get("start_s", round(time.time() - self.t0, 2))
+        self.seen[pid] = {"pid": pid, "kind": kind, "start_s": first, "cpu_s": round(cpu, 2)}
 
 
 def child(warm_up: bool) -> dict[str, Any]:
     """One run, in this process: the timeline as a dict (seconds from this process's start)."""
     t0 = time.time()
-    os.environ[TAG] = str(os.getpid())
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    watch = ProcessWatch(str(os.getpid()), t0).start()
+    watch = ProcessWatch(t0).start()
     from pyspark.sql import SparkSession
 
     from spark_receivers import StreamingContext

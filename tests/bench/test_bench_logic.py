@@ -13,8 +13,9 @@ import pytest
 # bench/ is a top-level directory of the repository, not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench import proc_cpu
 from bench.harness import StepResult, render_steps_table
-from bench.receiver_start import _kind, _row
+from bench.receiver_start import SHOWN, _row
 from bench.receivers import wal_status
 from bench.run import section_argv
 from bench.store_bench import RECORD_BYTES, FormResult, floor_rate, make_records
@@ -492,24 +493,21 @@ def test_query_floor_gives_the_ladder_the_smallest_batch_spark_alone_did_not_fit
 # -- receiver start -------------------------------------------------------------------------------
 
 
-def test_receiver_start_names_the_python_processes_of_a_run():
-    java = ["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
-    daemon = ["/v/bin/python", "-m", "spark_receivers.spark.worker_daemon", "pyspark.worker"]
-    assert _kind(daemon, java) == "daemon"
-    assert _kind(daemon, daemon) == "worker (forked)"
-    assert _kind(["/v/bin/python", "-m", "pyspark.daemon"], java) == "daemon"
-    keeper = ["/v/bin/python", "-m", "spark_receivers.receiver.block_keeper"]
-    assert _kind(keeper, daemon) == "keeper"
-    spawner = ["/v/bin/python", "-c", "os.execv(x, ['-m', 'spark_receivers...block_keeper'])"]
-    assert _kind(spawner, daemon) == "keeper spawner"
-    assert _kind(java, ["bash"]) is None and _kind(["/v/bin/python", "x.py"], java) is None
+def test_receiver_start_lists_the_python_processes_of_a_run_by_their_kind():
+    # The kinds are bench/proc_cpu.classify's (tested with the CPU breakdown): the
+    # daemons, the workers they fork, the planning workers and the keeper; not this
+    # process, nor the JVM.
+    assert proc_cpu.DAEMONS in SHOWN and proc_cpu.TASK_WORKERS in SHOWN
+    assert proc_cpu.KEEPER in SHOWN and proc_cpu.PLANNER in SHOWN
+    assert proc_cpu.DRIVER not in SHOWN and proc_cpu.JVM not in SHOWN
     run = {
         "spark_up_s": 10.04, "start_returned_s": 11.0, "registered_s": 14.5,
         "processes": [
-            {"kind": "daemon", "cpu_s": 1.1, "start_s": 12.0, "pid": 1},
-            {"kind": "worker (forked)", "cpu_s": 0.2, "start_s": 13.0, "pid": 2},
+            {"kind": proc_cpu.DAEMONS, "cpu_s": 1.1, "start_s": 12.0, "pid": 1},
+            {"kind": proc_cpu.TASK_WORKERS, "cpu_s": 0.2, "start_s": 13.0, "pid": 2},
         ],
     }  # fmt: skip
     assert _row(2, run) == (
-        "| 2 | 10.0 | 3.5 | - | 1 daemon (1.10 CPU-s); 1 worker (forked) (0.20 CPU-s) |"
+        "| 2 | 10.0 | 3.5 | - | 1 PySpark daemons (1.10 CPU-s); 1 other Python task workers "
+        "(0.20 CPU-s) |"
     )
