@@ -113,7 +113,7 @@ def judge(
     # Registered only while the graceful stop waited for it: it started, and what it
     # received was processed, so the status stays 0 (it must not depend on when the run
     # was stopped); but a run that received nothing says why.
-    late = [r for r in status.receivers if r.stream_id in set(unstarted_at_stop)]
+    late = [r for r in status.receivers if r.stream_id in unstarted_at_stop]
     if late and received == 0:
         lines.append(
             f"note: receiver {late[0].name} started only as the run was stopping, so nothing "
