@@ -52,11 +52,14 @@ def _run(cmd: list[str], what: str, timeout: float = 600) -> None:
 
 
 def _make_venv(path: Path) -> None:
-    """An empty venv at ``path``, without pip: ensurepip's own install of pip was a fifth
-    of the time of building one, and this venv's pip installs into it
-    (:func:`_pip_install`)."""
+    """A venv at ``path`` with :data:`REQUIREMENTS` (and what they need) linked in.
+
+    Made without pip: ensurepip's own install of pip was a fifth of the time of building
+    one, and this venv's pip installs what else goes in (:func:`_pip_install`).
+    """
     base = getattr(sys, "_base_executable", sys.executable)
     _run([base, "-m", "venv", "--without-pip", str(path)], f"python -m venv {path}")
+    _link_distributions(_site_packages(path), _closure(REQUIREMENTS))
 
 
 def _pip_install(venv: Path, args: list[str]) -> None:
@@ -125,7 +128,6 @@ def bare_env() -> Path:
     if not (path / ".ready").exists():
         shutil.rmtree(path, ignore_errors=True)
         _make_venv(path)
-        _link_distributions(_site_packages(path), _closure(REQUIREMENTS))
         (path / ".ready").touch()
     # Isolated (-I) and away from the checkout: from the repository's root, ``-c`` finds its
     # ``spark_receivers/`` (whose ``__init__`` imports nothing since it loads names lazily).
@@ -177,10 +179,9 @@ def packed_env() -> Path:
     venv = envs_root() / f"packed-{key}"
     shutil.rmtree(venv, ignore_errors=True)
     # No pyspark in it: executors run PySpark from their Spark's python/lib/pyspark.zip.
-    # The pinned packages as in the bare env (pip's unpacking and byte-compiling of them
-    # again was ~50 s of the ~110 s this took).
+    # The pinned packages linked as in the bare env (pip's unpacking and byte-compiling of
+    # them again was ~50 s of the ~110 s this took).
     _make_venv(venv)
-    _link_distributions(_site_packages(venv), _closure(REQUIREMENTS))
     _pip_install(venv, ["--no-deps", str(wheel)])
     tmp = out.with_name(out.name + ".tmp.tar.gz")
     _run(
