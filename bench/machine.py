@@ -15,7 +15,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORD_OUTPUTS", "Machine", "busy_cpu_seconds", "git_state", "load_average"]
+__all__ = [
+    "RECORD_OUTPUTS",
+    "Machine",
+    "busy_cpu_seconds",
+    "core_speed",
+    "git_state",
+    "load_average",
+]
 
 RECORD_OUTPUTS = ("BENCHMARKS.md", "RELIABILITY.md", "README.md", "bench/results/", "docs/img/")
 """What the records themselves change: left out when asking whether the tree was dirty."""
@@ -45,6 +52,7 @@ class Machine:
     python_version: str
     os: str
     load_average: tuple[float, float, float]
+    core_speed: float | None = None  # M steps/s of core_speed()'s loop; None in older records
 
     @classmethod
     def detect(cls) -> Machine:
@@ -57,11 +65,36 @@ class Machine:
             python_version=platform.python_version(),
             os=_os_name(),
             load_average=load_average(),
+            core_speed=core_speed(),
         )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Machine:
         return cls(**{**d, "load_average": tuple(d["load_average"])})
+
+
+SPEED_STEPS = 3_000_000
+
+
+def core_speed(repeats: int = 3) -> float:
+    """How fast one core of this host runs Python: M steps/s of a fixed loop, best of ``repeats``.
+
+    Hosts of one kind (the same core count, memory and CPU name) differed by more than 2x
+    here: the same fresh-clone test suite ran 20-23 min on some and 10 min on another
+    (2026-11-29). This figure tells such hosts apart in a record. CPU time of this process
+    (not wall time), so other work on the machine changes it less; the best of a few runs,
+    so a descheduled one does not count. About 0.3 s of CPU on the host that measured 10 min.
+    """
+    import time
+
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        start = time.process_time()
+        total = 0
+        for i in range(SPEED_STEPS):
+            total += i
+        best = min(best, time.process_time() - start)
+    return round(SPEED_STEPS / max(best, 1e-9) / 1e6, 1)
 
 
 def load_average() -> tuple[float, float, float]:

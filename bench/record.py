@@ -178,11 +178,16 @@ def header(info: RunInfo) -> str:
         tree = "clean tree"
     m = info.machine
     busy = "-" if info.busy_cores is None else f"{info.busy_cores:.2f} of {m.cores}"
+    speed = (
+        ""
+        if m.core_speed is None
+        else f"; one core runs {m.core_speed:.1f} M steps/s of `bench.machine.core_speed`"
+    )
     lines = [
         f"- **Ran** {started:%Y-%m-%d %H:%M:%S} to {end} UTC ({_duration(info.duration_s)}) "
         f"at commit `{info.commit}` ({tree})",
         f"- **Command** `{info.command}` (from the repository's root)",
-        f"- **Machine** {m.cores} cores ({m.cpu_model}), {m.memory_gb:.1f} GB; {m.os}; "
+        f"- **Machine** {m.cores} cores ({m.cpu_model}{speed}), {m.memory_gb:.1f} GB; {m.os}; "
         f"Python {m.python_version}, PySpark {m.pyspark_version}, Java: {m.java_version}",
         f"- **Load** average (1 / 5 / 15 min) {_loads(m.load_average)} before, "
         f"{_loads(info.load_after)} after; busy cores during the run {busy} "

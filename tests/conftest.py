@@ -63,8 +63,16 @@ def pytest_configure(config):
     or started before the build ends) runs as without it.
     """
     global _ARCHIVE
-    if hasattr(config, "workerinput") or not _OWN_JVM_OPTIONS:
-        return  # an xdist worker (its controller did it), or the caller's own options
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: its controller did it
+    # The suite's time depends on the host as much as on the commit: hosts of one kind ran it
+    # in 10 min and in 23 (2026-11-29). The log names which one this was (0.3 CPU-s).
+    sys.path.insert(0, str(config.rootpath))
+    from bench.machine import core_speed
+
+    _say(f"host: one core runs {core_speed()} M steps/s of bench.machine.core_speed's loop")
+    if not _OWN_JVM_OPTIONS:
+        return  # the caller's own JVM options
     _ARCHIVE = begin(JVM_FLAGS, say=_say)
     if _ARCHIVE is not None:
         os.environ["JAVA_TOOL_OPTIONS"] = f"{TEST_JVM_OPTIONS} {options(_ARCHIVE.path)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.machine import Machine, git_state
+from bench.machine import Machine, core_speed, git_state
 from bench.record import (
     REPO_ROOT,
     SCRATCH_DIR,
@@ -93,6 +94,19 @@ def test_the_header_names_a_dirty_tree_a_run_past_midnight_and_a_smoke_run():
     assert "to 2026-11-25 01:10:00 UTC (10.27 h)" in text
     assert "busy cores during the run -" in text
     assert text.startswith("- **Smoke run**")
+
+
+def test_the_header_gives_the_hosts_core_speed_when_the_record_has_it():
+    """Older records have no core speed: their header says nothing of it."""
+    assert "M steps/s" not in header(info())
+    fast = info(machine=dataclasses.replace(MACHINE, core_speed=28.04))
+    assert "2 cores (Test CPU; one core runs 28.0 M steps/s of `bench.machine.core_speed`)" in (
+        header(fast)
+    )
+
+
+def test_core_speed_is_a_positive_rate():
+    assert core_speed(repeats=1) > 0
 
 
 def test_commands_name_paths_inside_the_repository_relative_to_it():
