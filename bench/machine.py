@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -85,8 +86,6 @@ def core_speed(repeats: int = 3) -> float:
     (not wall time), so other work on the machine changes it less; the best of a few runs,
     so a descheduled one does not count. About 0.3 s of CPU on the host that measured 10 min.
     """
-    import time
-
     best = float("inf")
     for _ in range(max(1, repeats)):
         start = time.process_time()

@@ -67,7 +67,8 @@ def pytest_configure(config):
         return  # an xdist worker: its controller did it
     # The suite's time depends on the host as much as on the commit: hosts of one kind ran it
     # in 10 min and in 23 (2026-11-29). The log names which one this was (0.3 CPU-s).
-    sys.path.insert(0, str(config.rootpath))
+    if str(config.rootpath) not in sys.path:
+        sys.path.insert(0, str(config.rootpath))
     from bench.machine import core_speed
 
     _say(f"host: one core runs {core_speed()} M steps/s of bench.machine.core_speed's loop")
