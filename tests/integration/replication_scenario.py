@@ -28,6 +28,7 @@ import collections
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -45,6 +46,9 @@ from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.transport import EndpointClient
 
 RATE = 400  # records/s per receiver
+UNREAD_AT_KILL = RATE // 4
+"""A kill waits for over this many accepted, unread records of its receiver: two blocks or
+more at the default block interval (200 ms, so blocks of RATE // 5 records)."""
 
 
 class UniqueCounter(Receiver):
@@ -104,6 +108,74 @@ class Events(StreamingListener):
         self._add("lost", info.stream_id, info.block_id, info.num_records)
 
 
+class ReadGate:
+    """Holds the batches' reads of their blocks, so that a kill surely hits unread blocks.
+
+    ``collect`` is the batches' ``foreach_batch`` function: it counts what it reads. While
+    the gate is held, every batch waits before it reads, so the blocks the driver accepted
+    since the last read are held only by their keepers: a kill then hits them whatever
+    the timing of batches and blocks (without the gate, a kill just after a batch read its
+    blocks hit nothing on a fast host: CI of 2026-11-29, stop 50).
+    """
+
+    def __init__(self) -> None:
+        self.seen: collections.Counter[str] = collections.Counter()
+        self._cond = threading.Condition()
+        self._held = False
+        self._reading = 0
+        self._read: collections.Counter[int] = collections.Counter()  # per stream
+
+    def collect(self, df, batch_time_ms) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._held, 120):
+                raise RuntimeError("the test held the batches' reads for over 120 s")
+            self._reading += 1
+        values: list[str] = []
+        try:
+            values = [r.value for r in df.collect()]
+        finally:
+            with self._cond:
+                self._reading -= 1
+                self.seen.update(values)
+                self._read.update(int(v.partition("-")[0]) for v in values)
+
+    def hold(self, status, stream_id: int, unread: int, timeout_s: float) -> int:
+        """Hold the reads; return once no read runs and over ``unread`` records of
+        ``stream_id`` that the driver accepted (``status()``: the context's) wait unread:
+        their number, or 0 when ``timeout_s`` passed first."""
+        with self._cond:
+            self._held = True
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            received = status().receiver(stream_id).records
+            with self._cond:
+                waiting = received - self._read[stream_id]
+                if self._reading == 0 and waiting > unread:
+                    return waiting
+            time.sleep(0.05)
+        return 0
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def totals(self) -> tuple[int, int]:
+        """Records read, and how many of them were read more than once."""
+        with self._cond:
+            return sum(self.seen.values()), sum(c - 1 for c in self.seen.values() if c > 1)
+
+
+def listening(address: str) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def keeper_pids(ssc, secret: str) -> list[int]:
     pids = []
     for endpoint in ssc.status().block_keepers.values():
@@ -156,18 +228,11 @@ def main() -> int:
     ssc = StreamingContext(spark, batch_interval_ms=2000)
     events = Events()
     ssc.add_streaming_listener(events)
-    seen: collections.Counter[str] = collections.Counter()
-    lock = threading.Lock()
-
-    def collect(df, batch_time_ms) -> None:
-        values = [r.value for r in df.collect()]
-        with lock:
-            seen.update(values)
-
+    gate = ReadGate()
     for _ in range(2):
         receiver = UniqueCounter(RATE, pid_dir)
         receiver.storage_level = args.level
-        ssc.receiver_stream(receiver).foreach_batch(collect)
+        ssc.receiver_stream(receiver).foreach_batch(gate.collect)
     ssc.start()
 
     def status():
@@ -187,11 +252,16 @@ def main() -> int:
         out["copies_before"] = {s: list(c) for s, c in status().block_copies.items()}
         time.sleep(3)
 
-        # 1. kill -9 of receiver 0's executor JVM.
+        # 1. kill -9 of receiver 0's executor JVM, with blocks of it accepted and unread
+        # (over UNREAD_AT_KILL records); the reads go on once its keeper is gone.
         victim = out["executors"][0]
+        keeper = status().block_keepers.get(victim)
+        out["unread_at_executor_kill"] = gate.hold(status, 0, UNREAD_AT_KILL, 60)
         out["accepted_before_executor_kill"] = status().records_received
         os.kill(executor_pids(dict(spark.sparkContext.getConf().getAll()))[victim], signal.SIGKILL)
         out["killed_executor"] = victim
+        out["keeper_gone"] = keeper is not None and holds_within(lambda: not listening(keeper), 30)
+        gate.release()
 
         def moved() -> bool:
             r = status().receiver(0)
@@ -223,6 +293,7 @@ def main() -> int:
         pids = keeper_pids(ssc, secret)
         out["keepers_before_stop"] = len(pids)
     finally:
+        gate.release()
         ssc.stop(graceful=True)
     end = ssc.status()
     out["records_received_at_end"] = end.records_received
@@ -230,10 +301,7 @@ def main() -> int:
     out["failure"] = end.failure
     out["blocks_lost"] = end.blocks_lost
     out["records_lost"] = end.records_lost
-    with lock:
-        out["processed"] = sum(seen.values())
-        out["duplicated"] = sum(c - 1 for c in seen.values() if c > 1)
-        out["distinct"] = len(seen)
+    out["processed"], out["duplicated"] = gate.totals()
     with events.lock:
         out["events"] = list(events.events)
     holds_within(lambda: not any(alive(p) for p in pids), 30)

@@ -10,10 +10,8 @@ server's driver advertises (``spark.driver.host``).
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -149,17 +147,10 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
     ssc = StreamingContext(spark, 2000, config=StreamingConfig(**config))
     events = scenario.Events()
     ssc.add_streaming_listener(events)
-    seen: collections.Counter[str] = collections.Counter()
-    lock = threading.Lock()
-
-    def collect(df, batch_time_ms) -> None:
-        values = [r.value for r in df.collect()]
-        with lock:
-            seen.update(values)
-
+    gate = scenario.ReadGate()
     receiver = scenario.UniqueCounter(scenario.RATE, pid_dir)
     receiver.storage_level = level
-    ssc.receiver_stream(receiver).foreach_batch(collect)
+    ssc.receiver_stream(receiver).foreach_batch(gate.collect)
     copies = StorageLevel.of(level).replication
     out: dict = {}
     ssc.start()
@@ -175,10 +166,18 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
         victim = status().receiver(0).executor_id
         pids = executor_pids(side.conf())
         assert victim in pids, (victim, pids)
-        time.sleep(3)  # blocks stored and copied, some not yet in a batch
+        time.sleep(3)  # blocks stored and copied
+        # Blocks accepted and unread when the executor dies; the reads go on once its
+        # keeper is gone (see ReadGate).
+        keeper = status().block_keepers.get(victim)
+        out["unread_at_kill"] = gate.hold(status, 0, scenario.UNREAD_AT_KILL, 60)
         out["accepted_before_kill"] = status().records_received
         os.kill(pids[victim], signal.SIGKILL)
         out["killed_executor"] = victim
+        out["keeper_gone"] = keeper is not None and wait_until(
+            lambda: not scenario.listening(keeper), 30
+        )
+        gate.release()
 
         def moved() -> bool:
             r = status().receiver(0)
@@ -193,6 +192,7 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
         out["failure_before_stop"] = status().failure
         out["state_before_stop"] = ssc.state.name
     finally:
+        gate.release()
         ssc.stop(graceful=True)
     end = ssc.status()
     out.update(
@@ -204,9 +204,7 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
     )
     with events.lock:
         out["events"] = list(events.events)
-    with lock:
-        out["processed"] = sum(seen.values())
-        out["duplicated"] = sum(c - 1 for c in seen.values() if c > 1)
+    out["processed"], out["duplicated"] = gate.totals()
     print(f"\nCONNECT-STANDALONE {level}: {out}", flush=True)
     return out
 
@@ -215,6 +213,7 @@ def test_kill_9_of_a_receivers_executor_with_replicated_blocks_loses_nothing(con
     """MEMORY_AND_DISK_2: each block has a copy on another executor's keeper. Every record
     the driver accepted is processed once; the receiver registers again elsewhere."""
     out = kill_the_receivers_executor(connect, str(tmp_path), "MEMORY_AND_DISK_2")
+    assert out["unread_at_kill"] > 0 and out["keeper_gone"], out
     assert out["moved"] and out["stored_after_move"], out
     assert out["state_before_stop"] == "ACTIVE", out
     assert out["failure_before_stop"] is None and out["failure"] is None, out
@@ -233,9 +232,11 @@ def test_one_copy_loses_the_killed_executors_blocks_and_skip_reports_them(connec
     out = kill_the_receivers_executor(
         connect, str(tmp_path), "MEMORY_AND_DISK", lost_block_policy="skip"
     )
+    assert out["unread_at_kill"] > 0 and out["keeper_gone"], out
     assert out["moved"] and out["stored_after_move"], out
     assert out["failure"] is None and out["state_before_stop"] == "ACTIVE", out
-    assert out["blocks_lost"] > 0 and out["records_lost"] > 0, out
+    # Every record unread at the kill was held by the killed executor's keeper alone.
+    assert out["records_lost"] >= out["unread_at_kill"] and out["blocks_lost"] > 0, out
     assert len([e for e in out["events"] if e[0] == "lost"]) == out["blocks_lost"], out
     assert out["duplicated"] == 0, out
     assert out["processed"] + out["records_lost"] == out["received"], out

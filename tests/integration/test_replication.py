@@ -45,6 +45,8 @@ def test_blocks_are_on_two_executors_before_the_driver_hears_of_them(replicated)
 
 
 def test_an_executor_killed_loses_no_accepted_record_and_its_receiver_moves(replicated):
+    # The kill hit blocks accepted and not yet read; they were read after its keeper went.
+    assert replicated["unread_at_executor_kill"] > 0 and replicated["keeper_gone"]
     assert replicated["receiver_0_moved"]
     assert replicated["receiver_0_executor_after"] != replicated["killed_executor"]
     assert replicated["failure_before_stop"] is None and replicated["failure"] is None
@@ -86,9 +88,12 @@ def test_one_copy_loses_blocks_with_its_executor_and_skip_reports_them(standalon
         "--lost-block-policy",
         "skip",
     )
+    assert single["unread_at_executor_kill"] > 0 and single["keeper_gone"]
     assert single["receiver_0_moved"]
     assert single["failure"] is None and single["state_before_stop"] == "ACTIVE"
-    assert single["blocks_lost"] > 0 and single["records_lost"] > 0
+    # Every record unread at the kill was held by the killed executor's keeper alone.
+    assert single["records_lost"] >= single["unread_at_executor_kill"]
+    assert single["blocks_lost"] > 0
     lost_events = [e for e in single["events"] if e[0] == "lost"]
     assert len(lost_events) == single["blocks_lost"]
     assert all(e[1] == 0 for e in lost_events)  # only the killed executor's receiver
