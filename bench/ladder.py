@@ -4,7 +4,7 @@
 - :func:`run_ladder`: per (pipeline, system), a **coarse** session that climbs every
   :data:`COARSE_EVERY`-th rung until its first unsustained step, then a **fine** session (a
   fresh JVM, so no step starts behind a backlog) that climbs every rung from
-  :data:`FINE_WARM_UP_RUNGS` below the last coarse rung that held, until its own first
+  :data:`FINE_START_BELOW` (1.56x) below the last coarse rung that held, until its own first
   unsustained step. Around each system's limit its rungs are therefore at most 1.25x
   apart, and every system gets the same rungs. Every session begins with
   :data:`WARM_UP_STEPS` unjudged step at its first rung (the fresh JVM's warm-up: see
@@ -30,6 +30,7 @@ __all__ = [
     "PIPELINES",
     "RUNG_RATIO",
     "WARM_UP_STEPS",
+    "fine_rungs_below",
     "run_ladder",
     "rung_grid",
 ]
@@ -37,6 +38,9 @@ __all__ = [
 RUNG_RATIO = 1.25
 COARSE_EVERY = 4  # the coarse session climbs 1.25 ** 4 = 2.44x per step
 FINE_WARM_UP_RUNGS = 2  # the fine session starts 1.25 ** 2 = 1.56x below the coarse hold
+FINE_START_BELOW = RUNG_RATIO**FINE_WARM_UP_RUNGS
+"""How far below the last coarse rung that held a fine session starts, at any spacing
+(:func:`fine_rungs_below`)."""
 WARM_UP_STEPS = 1
 """Steps at a session's first rung before it is judged. A fresh JVM's first step carries
 its start: the first real batches (JIT, first jobs, the cache's first build) can leave a
@@ -51,6 +55,21 @@ same batch (DStream: two output operations); ``ingest``: a line count."""
 EXTRA_PIPELINES = ("windowed",)
 """Run only when named (``--pipelines windowed``): the line count, then a word count over
 30 s every second, incremental with the inverse (issue 35's windowed comparison)."""
+
+
+def fine_rungs_below(spacing: float) -> int:
+    """Rungs ``spacing`` apart that a fine session starts below the coarse hold: the fewest
+    that span :data:`FINE_START_BELOW` (2 at the default spacing, 5 at 1.1x).
+
+    Two rungs at 1.1x were only 1.21x below the hold: the fine sessions of the Connect
+    ladder of 2026-11-29 18:11 warmed up at 372,000 lines/s under a hold of 449,000, where
+    a fresh JVM's first ten batches ran 1.0-1.3 s (both systems: a probe at 21:38 on
+    both) and the batches that follow, at about 0.8 s, took 10-15 s to drain the backlog,
+    longer than the warm-up step; so the judged step at that rung began behind it.
+    """
+    if spacing <= 1:
+        raise ValueError(f"spacing must be > 1, got {spacing}")
+    return max(1, math.ceil(math.log(FINE_START_BELOW) / math.log(spacing) - 1e-9))
 
 
 def rung_grid(lowest: int, highest: int, ratio: float = RUNG_RATIO) -> list[int]:
@@ -91,12 +110,15 @@ def run_ladder(
     fine: bool = True,
     on_step: Callable[[StepResult], None] | None = None,
     warm_up_steps: int = WARM_UP_STEPS,
+    fine_start_rungs: int = FINE_WARM_UP_RUNGS,
 ) -> LadderResult:
     """Coarse then fine sessions per (pipeline, system), pipelines first; see the module doc.
 
     ``step_s`` is the fine sessions' step (and the coarse ones' unless ``coarse_step_s``);
     ``fine=False`` runs the coarse sessions only (a smoke run). ``warm_up_steps``: each
-    session's unjudged steps at its first rung (:data:`WARM_UP_STEPS`).
+    session's unjudged steps at its first rung (:data:`WARM_UP_STEPS`);
+    ``fine_start_rungs``: how many rungs below the last coarse rung that held a fine session
+    starts (:func:`fine_rungs_below` of the grid's spacing).
     ``ingest_systems`` limits the ``ingest`` pipeline to those systems (all by default).
     The budget is shared out as it goes: each session may use what is left divided by the
     sessions still to run (two per pair until a coarse session says no fine one is needed),
@@ -164,14 +186,14 @@ def run_ladder(
         held = [s.offered_rate for s in steps if s.sustained and s.offered_rate is not None]
         if not held:
             continue  # nothing held: the capacity is below the lowest rung
-        # From FINE_WARM_UP_RUNGS below the last coarse rung that held: the session's
+        # From fine_start_rungs below the last coarse rung that held: the session's
         # warm-up runs well below where the system is known to hold, and the rungs up to
         # that one are judged again. Starting at the held rung itself, a first step that
         # failed there ended the session with no fine rung run (2026-11-28: the two-action
         # bound stayed [143,000, 346,000), 2.4x wide, in 3 of 5 sessions); that was before
         # the unjudged warm-up step. Up to a coarse step past the coarse failure, in case it
         # was noise.
-        start = max(0, grid.index(max(held)) - FINE_WARM_UP_RUNGS)
+        start = max(0, grid.index(max(held)) - fine_start_rungs)
         top = grid.index(failed) + coarse_every + 1
         session(name, pipeline, list(grid[start:top]), "fine", left - 1)
     result.elapsed_s = time.monotonic() - t0

@@ -6,9 +6,10 @@
 
 Each run of the ladder (``bench/ladder.py``) gives every system the same geometric rungs
 (1.25x apart): per system and pipeline a coarse session climbs every 4th rung, then a fine
-session climbs every rung from two rungs below the last coarse rung that held, each until
-its first unsustained step; every session is a fresh subprocess and JVM. The runs are repeated
-``--repeats`` times (3 by default) one after the other, each with its own time budget; the
+session climbs every rung from at least 1.56x below the last coarse rung that held (two
+rungs at 1.25x), each until its first unsustained step; every session is a fresh subprocess
+and JVM. The runs are repeated ``--repeats`` times (3 by default) one after the other, each
+with its own time budget; the
 section gives each run's capacity bounds, the median bound and the spread, ratios as ranges
 over the runs, and a target as met only when every run met it (``bench/capacity.py``).
 """
@@ -34,7 +35,14 @@ from bench.capacity import (
     render_readme_paragraph,
 )
 from bench.harness import Runner, StepResult, render_steps_table
-from bench.ladder import EXTRA_PIPELINES, PIPELINES, RUNG_RATIO, run_ladder, rung_grid
+from bench.ladder import (
+    EXTRA_PIPELINES,
+    PIPELINES,
+    RUNG_RATIO,
+    fine_rungs_below,
+    run_ladder,
+    rung_grid,
+)
 from bench.peers import run_dstream, run_structured_socket
 from bench.receivers import (
     run_spark_receivers,
@@ -102,9 +110,10 @@ rates one after the other on the same connection.
 Rungs: one geometric grid for every system, each rung at most 1.25x the one below. Per
 system and pipeline a **coarse** session climbs every 4th rung (10 s steps) until its first
 unsustained step; a **fine** session (a fresh JVM) then climbs every rung (15 s steps) from
-two rungs below the last coarse rung that held (the rungs up to the coarse one are judged
-again), until its first unsustained step. Every session's first step is its **warm-up**, at
-its first rung, shown as such in the steps table and never judged: a fresh JVM's first
+at least 1.56x below the last coarse rung that held (two rungs at 1.25x; the rungs up to
+the coarse one are judged again), until its first unsustained step. Every session's first
+step is its **warm-up**, at its first rung, shown as such in the steps table and never
+judged: a fresh JVM's first
 batches can leave a backlog that has nothing to do with the rate; that rung is judged by the
 next step. A capacity is reported as the bound `[highest rung held,
 lowest rung failed)`. The whole ladder runs several times, one run after the other, each
@@ -249,9 +258,11 @@ def run_once(
     master: str,
     fine: bool,
     coarse_step_s: float | None,
+    spacing: float = RUNG_RATIO,
     on_step: Callable[[StepResult], None] = _print_step,
 ) -> dict[str, Any]:
-    """One run of the whole ladder: its steps, what the budget cut, its length."""
+    """One run of the whole ladder (rungs ``spacing`` apart): its steps, what the budget
+    cut, its length."""
     print(render_steps_table([]), flush=True)
     result = run_ladder(
         systems,
@@ -265,6 +276,7 @@ def run_once(
         coarse_step_s=coarse_step_s,
         fine=fine,
         on_step=on_step,
+        fine_start_rungs=fine_rungs_below(spacing),
     )
     return {
         "steps": [s.to_dict() for s in result.steps],
@@ -359,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                     master=args.master,
                     fine=not args.quick,
                     coarse_step_s=None if args.quick else COARSE_STEP_S,
+                    spacing=spacing,
                 )
             )
     data = {

@@ -11,6 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import itertools
 
+import pytest
+
 from bench.capacity import (
     Capacity,
     Target,
@@ -31,7 +33,7 @@ from bench.harness import (
     render_steps_table,
     summarize_step,
 )
-from bench.ladder import run_ladder, rung_grid
+from bench.ladder import fine_rungs_below, run_ladder, rung_grid
 
 RATE = 1_000  # lines/s; one line sent every millisecond from t = 0
 
@@ -402,3 +404,26 @@ def test_the_readme_paragraph_is_derived_from_the_runs_only():
     assert "≥ 3x — met in every run (3 of 3)" in text
     assert "≥ 5x — not measured in this run" in text
     assert "One-action" not in text  # nothing that run did not measure
+
+
+def test_a_fine_session_starts_as_far_below_the_coarse_hold_at_any_spacing(monkeypatch):
+    """Two rungs at 1.25x (1.56x below the hold); at 1.1x five (1.61x), not two (1.21x)."""
+    assert fine_rungs_below(1.25) == 2
+    assert fine_rungs_below(1.1) == 5
+    assert fine_rungs_below(2.0) == 1
+    with pytest.raises(ValueError, match="spacing"):
+        fine_rungs_below(1.0)
+    clock = [0.0]
+    monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
+    grid = rung_grid(100, 2_000, 1.1)
+    system = FakeSystem(500, clock, cost_s=10.0)
+    result = run_ladder(
+        {"s": system}, grid, 10.0, coarse_every=4, fine_start_rungs=fine_rungs_below(1.1)
+    )
+    coarse_held = max(
+        s.offered_rate
+        for s in result.steps
+        if s.extra["phase"] == "coarse" and s.sustained and not is_warm_up(s)
+    )
+    fine_first = next(s.offered_rate for s in result.steps if s.extra["phase"] == "fine")
+    assert coarse_held / fine_first >= 1.5, (coarse_held, fine_first)
