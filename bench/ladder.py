@@ -63,9 +63,9 @@ def fine_rungs_below(spacing: float) -> int:
 
     Two rungs at 1.1x were only 1.21x below the hold: the fine sessions of the Connect
     ladder of 2026-11-29 18:11 warmed up at 372,000 lines/s under a hold of 449,000, where
-    a fresh JVM's first ten batches ran 1.0-1.3 s (both systems: a probe at 21:38 on
-    both) and the batches that follow, at about 0.8 s, took 10-15 s to drain the backlog,
-    longer than the warm-up step; so the judged step at that rung began behind it.
+    a fresh JVM's first ten batches with lines ran 0.8-1.4 s, most over 1 s (a probe at
+    21:38, both systems), and the delay was back near 0 only 20-22 s after the first,
+    past the 15 s warm-up step; so the judged step at that rung began behind it.
     """
     if spacing <= 1:
         raise ValueError(f"spacing must be > 1, got {spacing}")
