@@ -9,9 +9,9 @@ Each run of the ladder (``bench/ladder.py``) gives every system the same geometr
 session climbs every rung from at least 1.56x below the last coarse rung that held (two
 rungs at 1.25x), each until its first unsustained step; every session is a fresh subprocess
 and JVM. The runs are repeated ``--repeats`` times (3 by default) one after the other, each
-with its own time budget; the
-section gives each run's capacity bounds, the median bound and the spread, ratios as ranges
-over the runs, and a target as met only when every run met it (``bench/capacity.py``).
+with its own time budget; the section gives each run's capacity bounds, the median bound and
+the spread, ratios as ranges over the runs, and a target as met only when every run met it
+(``bench/capacity.py``).
 """
 
 from __future__ import annotations
@@ -113,10 +113,9 @@ unsustained step; a **fine** session (a fresh JVM) then climbs every rung (15 s 
 at least 1.56x below the last coarse rung that held (two rungs at 1.25x; the rungs up to
 the coarse one are judged again), until its first unsustained step. Every session's first
 step is its **warm-up**, at its first rung, shown as such in the steps table and never
-judged: a fresh JVM's first
-batches can leave a backlog that has nothing to do with the rate; that rung is judged by the
-next step. A capacity is reported as the bound `[highest rung held,
-lowest rung failed)`. The whole ladder runs several times, one run after the other, each
+judged: a fresh JVM's first batches can leave a backlog that has nothing to do with the
+rate; that rung is judged by the next step. A capacity is reported as the bound `[highest
+rung held, lowest rung failed)`. The whole ladder runs several times, one run after the other, each
 with its own time budget: the tables give each run's bound, the **median bound**
 (`[median held, median failed)`) and the **spread** of the runs; a ratio of two capacities
 is a range, `[lo_a / hi_b, hi_a / lo_b]` in one run and from the lowest to the highest end
