@@ -119,11 +119,10 @@ class ReadGate:
     """
 
     def __init__(self) -> None:
-        self.seen: collections.Counter[str] = collections.Counter()
+        self._seen: collections.Counter[str] = collections.Counter()
         self._cond = threading.Condition()
         self._held = False
         self._reading = 0
-        self._read: collections.Counter[int] = collections.Counter()  # per stream
 
     def collect(self, df, batch_time_ms) -> None:
         with self._cond:
@@ -136,22 +135,22 @@ class ReadGate:
         finally:
             with self._cond:
                 self._reading -= 1
-                self.seen.update(values)
-                self._read.update(int(v.partition("-")[0]) for v in values)
+                self._seen.update(values)
 
     def hold(self, status, stream_id: int, unread: int, timeout_s: float) -> int:
         """Hold the reads; return once no read runs and over ``unread`` records of
         ``stream_id`` that the driver accepted (``status()``: the context's) wait unread:
         their number, or 0 when ``timeout_s`` passed first."""
+        prefix = f"{stream_id}-"  # UniqueCounter's records start with their stream id
         with self._cond:
             self._held = True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             received = status().receiver(stream_id).records
             with self._cond:
-                waiting = received - self._read[stream_id]
-                if self._reading == 0 and waiting > unread:
-                    return waiting
+                read = sum(c for v, c in self._seen.items() if v.startswith(prefix))
+                if self._reading == 0 and received - read > unread:
+                    return received - read
             time.sleep(0.05)
         return 0
 
@@ -160,10 +159,28 @@ class ReadGate:
             self._held = False
             self._cond.notify_all()
 
+    def kill_with_unread_blocks(self, status, stream_id: int, executor_id: str, kill) -> dict:
+        """Kill ``executor_id`` (``kill()``) while over :data:`UNREAD_AT_KILL` accepted records
+        of ``stream_id`` wait unread; let the reads go on once its keeper refuses connections.
+
+        Returns ``unread`` (those records), ``accepted`` (the driver's count of every record
+        just before the kill) and ``keeper_gone``.
+        """
+        keeper = status().block_keepers.get(executor_id)
+        try:
+            unread = self.hold(status, stream_id, UNREAD_AT_KILL, 60)
+            accepted = status().records_received
+            kill()
+            gone = keeper is not None and holds_within(lambda: not listening(keeper), 30)
+        finally:
+            self.release()
+        return {"unread": unread, "accepted": accepted, "keeper_gone": gone}
+
     def totals(self) -> tuple[int, int]:
         """Records read, and how many of them were read more than once."""
         with self._cond:
-            return sum(self.seen.values()), sum(c - 1 for c in self.seen.values() if c > 1)
+            seen = self._seen.values()
+            return sum(seen), sum(c - 1 for c in seen if c > 1)
 
 
 def listening(address: str) -> bool:
@@ -255,13 +272,12 @@ def main() -> int:
         # 1. kill -9 of receiver 0's executor JVM, with blocks of it accepted and unread
         # (over UNREAD_AT_KILL records); the reads go on once its keeper is gone.
         victim = out["executors"][0]
-        keeper = status().block_keepers.get(victim)
-        out["unread_at_executor_kill"] = gate.hold(status, 0, UNREAD_AT_KILL, 60)
-        out["accepted_before_executor_kill"] = status().records_received
-        os.kill(executor_pids(dict(spark.sparkContext.getConf().getAll()))[victim], signal.SIGKILL)
+        pid = executor_pids(dict(spark.sparkContext.getConf().getAll()))[victim]
+        kill = gate.kill_with_unread_blocks(status, 0, victim, lambda: os.kill(pid, signal.SIGKILL))
+        out["unread_at_executor_kill"] = kill["unread"]
+        out["accepted_before_executor_kill"] = kill["accepted"]
         out["killed_executor"] = victim
-        out["keeper_gone"] = keeper is not None and holds_within(lambda: not listening(keeper), 30)
-        gate.release()
+        out["keeper_gone"] = kill["keeper_gone"]
 
         def moved() -> bool:
             r = status().receiver(0)
@@ -293,7 +309,6 @@ def main() -> int:
         pids = keeper_pids(ssc, secret)
         out["keepers_before_stop"] = len(pids)
     finally:
-        gate.release()
         ssc.stop(graceful=True)
     end = ssc.status()
     out["records_received_at_end"] = end.records_received

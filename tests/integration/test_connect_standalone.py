@@ -169,15 +169,13 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
         time.sleep(3)  # blocks stored and copied
         # Blocks accepted and unread when the executor dies; the reads go on once its
         # keeper is gone (see ReadGate).
-        keeper = status().block_keepers.get(victim)
-        out["unread_at_kill"] = gate.hold(status, 0, scenario.UNREAD_AT_KILL, 60)
-        out["accepted_before_kill"] = status().records_received
-        os.kill(pids[victim], signal.SIGKILL)
-        out["killed_executor"] = victim
-        out["keeper_gone"] = keeper is not None and wait_until(
-            lambda: not scenario.listening(keeper), 30
+        kill = gate.kill_with_unread_blocks(
+            status, 0, victim, lambda: os.kill(pids[victim], signal.SIGKILL)
         )
-        gate.release()
+        out["unread_at_kill"] = kill["unread"]
+        out["accepted_before_kill"] = kill["accepted"]
+        out["killed_executor"] = victim
+        out["keeper_gone"] = kill["keeper_gone"]
 
         def moved() -> bool:
             r = status().receiver(0)
@@ -192,7 +190,6 @@ def kill_the_receivers_executor(spark, pid_dir: str, level: str, **config) -> di
         out["failure_before_stop"] = status().failure
         out["state_before_stop"] = ssc.state.name
     finally:
-        gate.release()
         ssc.stop(graceful=True)
     end = ssc.status()
     out.update(
