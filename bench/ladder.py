@@ -110,15 +110,16 @@ def run_ladder(
     fine: bool = True,
     on_step: Callable[[StepResult], None] | None = None,
     warm_up_steps: int = WARM_UP_STEPS,
-    fine_start_rungs: int = FINE_WARM_UP_RUNGS,
+    spacing: float = RUNG_RATIO,
 ) -> LadderResult:
     """Coarse then fine sessions per (pipeline, system), pipelines first; see the module doc.
 
     ``step_s`` is the fine sessions' step (and the coarse ones' unless ``coarse_step_s``);
     ``fine=False`` runs the coarse sessions only (a smoke run). ``warm_up_steps``: each
     session's unjudged steps at its first rung (:data:`WARM_UP_STEPS`);
-    ``fine_start_rungs``: how many rungs below the last coarse rung that held a fine session
-    starts (:func:`fine_rungs_below` of the grid's spacing).
+    ``spacing``: the ratio of ``grid``'s rungs (:func:`rung_grid`'s ``ratio``), which sets
+    how many rungs below the last coarse rung that held a fine session starts
+    (:func:`fine_rungs_below`).
     ``ingest_systems`` limits the ``ingest`` pipeline to those systems (all by default).
     The budget is shared out as it goes: each session may use what is left divided by the
     sessions still to run (two per pair until a coarse session says no fine one is needed),
@@ -186,14 +187,14 @@ def run_ladder(
         held = [s.offered_rate for s in steps if s.sustained and s.offered_rate is not None]
         if not held:
             continue  # nothing held: the capacity is below the lowest rung
-        # From fine_start_rungs below the last coarse rung that held: the session's
+        # From FINE_START_BELOW under the last coarse rung that held: the session's
         # warm-up runs well below where the system is known to hold, and the rungs up to
         # that one are judged again. Starting at the held rung itself, a first step that
         # failed there ended the session with no fine rung run (2026-11-28: the two-action
         # bound stayed [143,000, 346,000), 2.4x wide, in 3 of 5 sessions); that was before
         # the unjudged warm-up step. Up to a coarse step past the coarse failure, in case it
         # was noise.
-        start = max(0, grid.index(max(held)) - fine_start_rungs)
+        start = max(0, grid.index(max(held)) - fine_rungs_below(spacing))
         top = grid.index(failed) + coarse_every + 1
         session(name, pipeline, list(grid[start:top]), "fine", left - 1)
     result.elapsed_s = time.monotonic() - t0

@@ -35,14 +35,7 @@ from bench.capacity import (
     render_readme_paragraph,
 )
 from bench.harness import Runner, StepResult, render_steps_table
-from bench.ladder import (
-    EXTRA_PIPELINES,
-    PIPELINES,
-    RUNG_RATIO,
-    fine_rungs_below,
-    run_ladder,
-    rung_grid,
-)
+from bench.ladder import EXTRA_PIPELINES, PIPELINES, RUNG_RATIO, run_ladder, rung_grid
 from bench.peers import run_dstream, run_structured_socket
 from bench.receivers import (
     run_spark_receivers,
@@ -275,7 +268,7 @@ def run_once(
         coarse_step_s=coarse_step_s,
         fine=fine,
         on_step=on_step,
-        fine_start_rungs=fine_rungs_below(spacing),
+        spacing=spacing,
     )
     return {
         "steps": [s.to_dict() for s in result.steps],

@@ -417,9 +417,7 @@ def test_a_fine_session_starts_as_far_below_the_coarse_hold_at_any_spacing(monke
     monkeypatch.setattr("bench.ladder.time.monotonic", lambda: clock[0])
     grid = rung_grid(100, 2_000, 1.1)
     system = FakeSystem(500, clock, cost_s=10.0)
-    result = run_ladder(
-        {"s": system}, grid, 10.0, coarse_every=4, fine_start_rungs=fine_rungs_below(1.1)
-    )
+    result = run_ladder({"s": system}, grid, 10.0, coarse_every=4, spacing=1.1)
     coarse_held = max(
         s.offered_rate
         for s in result.steps
