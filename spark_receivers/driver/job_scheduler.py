@@ -356,7 +356,7 @@ class JobScheduler:
     def batch_finished(self, batch_time_ms: int) -> None:
         """Forget the batch's DataFrames and drop the rows they kept."""
         self._graph.forget(batch_time_ms)
-        self._batches.release(batch_time_ms)
+        self._batches.release_later(batch_time_ms)
 
     def batch_failed(self, batch_time_ms: int, error: BaseException) -> None:
         """Report the blocks the batch lost, then fail the context.

@@ -181,6 +181,39 @@ def test_a_second_action_reads_no_block_again_with_the_batch_cache(spark, store,
     reader.close()
 
 
+def test_release_later_drops_the_batch_caches_off_the_calling_thread(spark, store):
+    # The job scheduler's batch thread hands the drop over and goes on; close() waits
+    # for every drop handed over, in batch order, and a release after it drops at once.
+    reader = BatchReader(spark, store.secret, None, 2, cache=True)
+    callers: list[str] = []
+    frames = []
+    for t in (1000, 2000):
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        assert df.is_cached  # the first batch of a stream; the user persists the second
+        if t == 2000:
+            df.persist()
+        assert df.count() == 300
+        unpersist = df.unpersist
+
+        def recording(*args, _unpersist=unpersist, **kwargs):
+            callers.append(threading.current_thread().name)
+            return _unpersist(*args, **kwargs)
+
+        df.unpersist = recording  # type: ignore[method-assign]
+        frames.append(df)
+        reader.release_later(t)
+    reader.close()
+    assert len(callers) == 2
+    assert all(name.startswith("batch-release") for name in callers)
+    assert not any(df.is_cached for df in frames)
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+    late = reader.read(STREAM, 3000, store.infos())  # type: ignore[arg-type]
+    late.persist()
+    assert late.count() == 300
+    reader.release_later(3000)  # closed: dropped here and now
+    assert not late.is_cached
+
+
 def test_batches_without_blocks_share_one_empty_frame_and_read_nothing(spark, store):
     reader = BatchReader(spark, store.secret, None, 2, cache=True)
     first = reader.read(STREAM, 1000, [])  # type: ignore[arg-type]

@@ -60,6 +60,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spark_receivers.rpc import messages as m
@@ -276,7 +277,10 @@ class BatchReader:
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
         self._lock = threading.Lock()
         self._empty: dict[int, DataFrame] = {}
-        self._frames: dict[int, list[DataFrame]] = {}
+        self._frames: dict[int, list[tuple[DataFrame, bool]]] = {}
+        """Batch time → its DataFrames, each with whether this reader persisted it."""
+        self._releaser: ThreadPoolExecutor | None = None
+        self._closed = False
         self._counter: ScanCounter | None = None
         self._counting = False  # the counter is registered with the session
         self._no_counting = False  # it could not be: every batch is cached
@@ -376,10 +380,17 @@ class BatchReader:
                     self._scans[k] = self._scans.get(k, 0) + 1
 
     def close(self) -> None:
-        """Unregister the read counter, put the Connect cache setting back; idempotent."""
+        """Wait for the drops handed over, unregister the counter, put the setting back.
+
+        The Connect cache setting (:class:`ConnectCacheSetting`). Idempotent.
+        """
         with self._lock:
+            self._closed = True
+            releaser, self._releaser = self._releaser, None
             counter, self._counter, self._counting = self._counter, None, False
             held, self._connect_setting = self._connect_setting, False
+        if releaser is not None:
+            releaser.shutdown(wait=True)  # each drop is bounded: unpersist is not waited for
         if held:
             CONNECT_CACHE_SETTING.release(self._spark)
         if counter is None:
@@ -412,7 +423,7 @@ class BatchReader:
         if cache:
             df = self._persist(df)
         with self._lock:  # also uncached: a persist() of the user's is dropped with the batch
-            self._frames.setdefault(key, []).append(df)
+            self._frames.setdefault(key, []).append((df, cache))
         return df
 
     def _persist(self, df: DataFrame) -> DataFrame:
@@ -444,11 +455,34 @@ class BatchReader:
         """The batch ended: drop the rows its DataFrames kept (not waited for)."""
         with self._lock:
             frames = self._frames.pop(batch_time_ms, [])
-        for df in frames:
-            if not df.is_cached:
-                continue
+        self._drop(batch_time_ms, frames)
+
+    def release_later(self, batch_time_ms: int) -> None:
+        """:meth:`release`, on a thread of the reader's: the batch thread goes on at once.
+
+        For the job scheduler, whose next batch waits for the end of this one: dropping a
+        cache is a round trip to Spark per DataFrame (on Spark Connect an RPC, ~10 ms), which
+        needs no batch to wait. The drops run in batch order; :meth:`close` waits for them.
+        After ``close`` it is :meth:`release`.
+        """
+        with self._lock:
+            frames = self._frames.pop(batch_time_ms, [])
+            if not frames:
+                return
+            if not self._closed:
+                if self._releaser is None:
+                    self._releaser = ThreadPoolExecutor(1, thread_name_prefix="batch-release")
+                self._releaser.submit(self._drop, batch_time_ms, frames)
+                return
+        self._drop(batch_time_ms, frames)
+
+    def _drop(self, batch_time_ms: int, frames: list[tuple[DataFrame, bool]]) -> None:
+        for df, persisted_here in frames:
             try:
-                df.unpersist(blocking=False)
+                # A frame this reader persisted needs no look (on Connect, a round trip):
+                # only one the user may have persisted is asked whether it is cached.
+                if persisted_here or df.is_cached:
+                    df.unpersist(blocking=False)
             except Exception:  # the session may be stopping: the rows go with it
                 log.warning(
                     "could not drop the cached rows of batch %d", batch_time_ms, exc_info=True
