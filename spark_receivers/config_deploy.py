@@ -104,6 +104,13 @@ class DeploymentKeys:
         "Keep blocks in a keeper process per executor (they outlive the receiver's task, "
         "and _2 levels copy them to a second executor); false: in the receiver's task.",
     )
+    block_keeper_spool: bool = key(
+        True,
+        "spark.receivers.blockKeeper.spool",
+        "A receiver hands its block to the keeper of its own executor as an Arrow file the "
+        "keeper maps (written once, no gRPC copy); false: sent by an Arrow Flight put. "
+        "Replicas on other executors are always sent by put.",
+    )
     lost_block_policy: str = key(
         "fail",
         "spark.receivers.lostBlockPolicy",

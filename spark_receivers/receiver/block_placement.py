@@ -25,16 +25,19 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import logging
+import os
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, RpcError
-from spark_receivers.receiver.block_keeper import KeeperSettings
+from spark_receivers.receiver.block_keeper import KeeperSettings, spool_file_name
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper
 from spark_receivers.receiver.storage_level import StorageLevel
@@ -162,6 +165,7 @@ class KeeperSink:
         self._targets_at: float | None = None
         self._copies: int | None = None
         self._closing = False
+        self._spool_failed = False
         self._pool = cf.ThreadPoolExecutor(
             max(2, level.replication), thread_name_prefix=f"receiver-{stream_id}-replica"
         )
@@ -194,7 +198,7 @@ class KeeperSink:
         ).encode()
         wanted = self.level.replication
         replicas = self._pool.submit(self._put_replicas, command, table, wanted - 1)
-        local = self._put_local(command, table, name)
+        local = self._put_local(command, table, name, generated_ms)
         placed = replicas.result()
         locations = (local, *placed)
         self._note_copies(len(locations), wanted)
@@ -247,10 +251,10 @@ class KeeperSink:
 
     # --- copies ------------------------------------------------------------------------
 
-    def _put_local(self, command: bytes, table: pa.Table, name: str) -> str:
+    def _put_local(self, command: bytes, table: pa.Table, name: str, generated_ms: int) -> str:
         keeper = self._keeper or self.start()
         try:
-            self._client_of(keeper.address).put_table(command, table, self._timeout_s)
+            self._keep_local(keeper, command, table, name, generated_ms)
         except RpcError as first:
             self._drop_client(keeper.address)
             if self._closing or "was released" in str(first):
@@ -261,11 +265,39 @@ class KeeperSink:
             return keeper.address
         try:
             keeper = self.start(restart=True)
-            self._client_of(keeper.address).put_table(command, table, self._timeout_s)
+            self._keep_local(keeper, command, table, name, generated_ms)
         except (RpcError, BlockStoreError) as e:
             msg = f"could not keep block {name} ({table.num_rows} records) on this executor: {e}"
             raise BlockStoreError(msg) from e
         return keeper.address
+
+    def _keep_local(
+        self, keeper: KeeperHandle, command: bytes, table: pa.Table, name: str, generated_ms: int
+    ) -> None:
+        """The first copy: a file the keeper adopts when it keeps a spool, else a put."""
+        client = self._client_of(keeper.address)
+        if keeper.spool_dir:
+            try:
+                path = write_spool_file(keeper.spool_dir, name, table)
+            except OSError as e:  # the spool's disk is full or gone: this block goes by put
+                if not self._spool_failed:
+                    self._spool_failed = True
+                    log.warning(
+                        "could not write block %s into the keeper's spool %s (%s): sending "
+                        "it by a put (logged once)",
+                        name,
+                        keeper.spool_dir,
+                        e,
+                    )
+            else:
+                adopt = m.AdoptBlock(name, generated_ms, self.level.use_disk, path.name)
+                try:
+                    client.call(adopt, self._timeout_s)
+                except RpcError:
+                    path.unlink(missing_ok=True)  # not adopted: still ours to delete
+                    raise
+                return
+        client.put_table(command, table, self._timeout_s)
 
     def _put_replicas(self, command: bytes, table: pa.Table, count: int) -> list[str]:
         placed: list[str] = []
@@ -340,6 +372,23 @@ class KeeperSink:
             client.close()
 
 
+def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
+    """Write block ``name`` as an Arrow IPC file (uncompressed) into a keeper's spool.
+
+    The name is new (a random nonce, created exclusively): a keeper's ``AdoptBlock`` maps
+    and unlinks it. A file that could not be written whole is deleted before raising.
+    """
+    path = Path(spool_dir) / spool_file_name(name, secrets.token_hex(6))
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    try:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def keeper_settings(secret: str, host: str, config: StreamingConfig) -> KeeperSettings:
     """How this executor's keeper starts: advertising ``host``, bound and secured per ``config``.
 
@@ -357,6 +406,7 @@ def keeper_settings(secret: str, host: str, config: StreamingConfig) -> KeeperSe
         max_message_bytes=config.max_message_bytes,
         bind_host=config.executor_bind_address or host,
         ports=parse_ports(config.executor_ports, "spark.receivers.executor.ports"),
+        spool=config.block_keeper_spool,
         tls_cert_file=tls.cert_file if tls else "",
         tls_key_file=tls.key_file if tls else "",
         tls_ca_file=tls.ca_file if tls else "",

@@ -59,6 +59,8 @@ class KeeperHandle:
     address: str
     pid: int
     watch_pid: int
+    spool_dir: str = ""
+    """Where a receiver of this host writes blocks for ``AdoptBlock`` ('': no spool)."""
 
 
 def keeper_dir() -> Path:
@@ -184,4 +186,9 @@ def _start(settings: KeeperSettings, log_path: Path) -> KeeperHandle:
     stdout.close()
     started = json.loads(line.decode())
     log.info("started the block keeper at %s (pid %d)", started["address"], started["pid"])
-    return KeeperHandle(started["address"], int(started["pid"]), settings.watch_pid)
+    return KeeperHandle(
+        started["address"],
+        int(started["pid"]),
+        settings.watch_pid,
+        str(started.get("spool_dir") or ""),
+    )

@@ -370,6 +370,21 @@ class DescribeKeeper:
     """How many blocks and bytes the keeper holds; replied with a dict."""
 
 
+@dataclass(frozen=True)
+class AdoptBlock:
+    """Keep the block a receiver on this host wrote as an Arrow IPC file in the keeper's spool.
+
+    ``file`` is the file's name in the spool directory the keeper told (no path). The keeper
+    maps it, unlinks it and keeps the mapped table as it keeps a block sent by ``do_put``;
+    replied with True. The file is the receiver's until the reply: a refusal leaves it there.
+    """
+
+    block_id: str
+    generated_ms: int
+    use_disk: bool
+    file: str
+
+
 TrackerMessage = (
     RegisterReceiver
     | AddBlock
@@ -392,7 +407,7 @@ SupervisorMessage = (
     StopReceiver | CleanupOldBlocks | RemoveBlocks | UpdateRateLimit | ReleaseReceiver
 )
 
-KeeperMessage = RemoveBlocks | ReleaseKeeper | DescribeKeeper
+KeeperMessage = RemoveBlocks | ReleaseKeeper | DescribeKeeper | AdoptBlock
 
 TRACKER_MESSAGES: tuple[type, ...] = typing.get_args(TrackerMessage)
 KEEPER_MESSAGES: tuple[type, ...] = typing.get_args(KeeperMessage)

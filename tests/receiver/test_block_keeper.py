@@ -25,8 +25,12 @@ from spark_receivers.errors import (
     RpcError,
 )
 from spark_receivers.receiver.block_keeper import BlockKeeper, KeeperSettings, process_alive
-from spark_receivers.receiver.block_placement import KeeperSink, effective_level
-from spark_receivers.receiver.keeper_process import ensure_local_keeper, keeper_dir
+from spark_receivers.receiver.block_placement import (
+    KeeperSink,
+    effective_level,
+    write_spool_file,
+)
+from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper, keeper_dir
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
@@ -51,6 +55,27 @@ def keepers(secret):
     """Two keepers in this process, as on two executors."""
     made = [
         BlockKeeper(KeeperSettings(secret, "127.0.0.1", os.getpid(), memory_budget_bytes=MiB))
+        for _ in range(2)
+    ]
+    yield made
+    for k in made:
+        k.close()
+
+
+@pytest.fixture
+def spooling(secret, tmp_path):
+    """Two keepers in this process that take local blocks as files (``AdoptBlock``)."""
+    made = [
+        BlockKeeper(
+            KeeperSettings(
+                secret,
+                "127.0.0.1",
+                os.getpid(),
+                memory_budget_bytes=MiB,
+                spill_dir=str(tmp_path),
+                spool=True,
+            )
+        )
         for _ in range(2)
     ]
     yield made
@@ -85,7 +110,7 @@ def sink_for(
     keeper, secret, driver, level=StorageLevel.MEMORY_AND_DISK_2, clock=None, restarts=None
 ):
     """A sink whose local keeper is ``keeper``; ``restarts`` records each ``local(restart)``."""
-    handle_of = type("H", (), {"address": keeper.address, "pid": os.getpid(), "watch_pid": 0})
+    handle_of = KeeperHandle(keeper.address, os.getpid(), 0, keeper.spool_dir)
 
     def local(restart: bool):
         if restarts is not None:
@@ -189,21 +214,74 @@ def test_a_keeper_spills_past_its_budget_for_levels_with_disk(keepers, secret):
     client.close()
 
 
+def test_a_keeper_adopts_a_block_file_of_its_spool_and_refuses_any_other_file(spooling, secret):
+    keeper = spooling[0]
+    spool = keeper.spool_dir
+    assert spool and os.path.isdir(spool) and (os.stat(spool).st_mode & 0o777) == 0o700
+    client = EndpointClient(keeper.address, secret)
+    path = write_spool_file(spool, "input-0-1-0", table(3))
+    assert client.call(m.AdoptBlock("input-0-1-0", 5, True, path.name)) is True
+    assert not path.exists() and os.listdir(spool) == []  # mapped, then unlinked
+    assert client.read_table(b"input-0-1-0") == table(3)
+    assert client.call(m.DescribeKeeper())["blocks"] == 1
+    assert client.call(m.RemoveBlocks(("input-0-1-0",))) == 1
+    kept = write_spool_file(spool, "input-0-1-1", table(1))
+    outside = os.path.join(os.path.dirname(spool), "input-0-1-1.x.arrow")
+    os.symlink(kept, os.path.join(spool, "input-0-1-1.link.arrow"))
+    for block, name, why in [
+        ("input-0-1-1", "../" + os.path.basename(outside), "not a block file"),
+        ("input-0-1-1", kept.name.replace("input-0-1-1", "input-0-1-2"), "not a block file"),
+        ("input-0-1-1", "input-0-1-1.gone.arrow", "could not map"),
+        ("input-0-1-1", "input-0-1-1.link.arrow", "not a regular file"),
+        ("../x", kept.name, "block"),
+    ]:
+        with pytest.raises(RpcError, match=why):
+            client.call(m.AdoptBlock(block, 1, True, name))
+    assert kept.exists()  # a refusal leaves the receiver's file alone
+    assert keeper.sweep_spool(older_than_s=3600) == 0
+    os.utime(kept, (0, 0))  # a receiver died between writing and handing it over
+    assert keeper.sweep_spool() == 1 and not kept.exists()
+    client.close()
+    keeper.close()
+    assert not os.path.exists(spool)  # the spool goes with the keeper
+
+
+def test_a_sink_hands_the_local_copy_over_as_a_file_and_sends_the_replica(spooling, secret):
+    here, there = spooling
+    driver = StandInDriver()
+    driver.targets = [there.address]
+    sink = sink_for(here, secret, driver)
+    placed = sink.put("input-0-1-0", table(5), 100)
+    assert placed.locations == (here.address, there.address)
+    assert here.store.get("input-0-1-0") == there.store.get("input-0-1-0") == table(5)
+    assert os.listdir(here.spool_dir) == [] and os.listdir(there.spool_dir) == []
+    # A spool that cannot take the file: the block goes by a put, and that is said once.
+    os.rmdir(here.spool_dir)
+    assert sink.put("input-0-1-1", table(2), 100).locations == (here.address, there.address)
+    assert here.store.get("input-0-1-1") == table(2)
+    sink.close()
+
+
 def test_the_keeper_process_is_found_again_and_ends_with_its_executor(secret):
     executor = subprocess.Popen(["sleep", "60"])  # stands in for the executor's JVM
     try:
-        settings = KeeperSettings(secret, "127.0.0.1", 0, memory_budget_bytes=MiB)
+        settings = KeeperSettings(secret, "127.0.0.1", 0, memory_budget_bytes=MiB, spool=True)
         handle = ensure_local_keeper(settings, watch_pid=executor.pid)
         assert handle.pid != os.getpid() and process_alive(handle.pid)
+        assert os.path.isdir(handle.spool_dir)
         again = ensure_local_keeper(settings, watch_pid=executor.pid)
-        assert again == handle
+        assert again == handle  # spool included: another receiver finds it on file
         client = EndpointClient(handle.address, secret)
         client.put_table(b'{"block": "input-0-1-0", "generated_ms": 1}', table(2))
+        path = write_spool_file(handle.spool_dir, "input-0-1-1", table(3))
+        assert client.call(m.AdoptBlock("input-0-1-1", 1, True, path.name)) is True
+        assert client.read_table(b"input-0-1-1") == table(3)
         assert client.call(m.DescribeKeeper())["pid"] == handle.pid
         client.close()
         os.kill(executor.pid, signal.SIGKILL)
         executor.wait()
         assert wait_until(lambda: not process_alive(handle.pid)), "the keeper outlived its JVM"
+        assert not os.path.exists(handle.spool_dir)
     finally:
         executor.kill()
 
