@@ -21,7 +21,7 @@ A keeper is an authenticated Arrow Flight endpoint (the context's secret):
   the keeper maps the file, unlinks it and keeps the mapped table — the block's
   bytes are written once, and neither side serializes them into gRPC messages
   (issue 31 item 4: a ``do_put`` cost the keeper 0.11-0.13 core-seconds per
-  million 100-byte lines, the file 0.04 in all; decision 0021). The mapping
+  million 100-byte lines, the file 0.04 in all; decision 0011). The mapping
   lives as long as the block: an unlinked file's pages go with the last
   reference, and with the process if it dies. Files a receiver wrote but never
   handed over (it died in between) are swept after ``SPOOL_ORPHAN_S``;
