@@ -7,6 +7,9 @@ that this process's CPU time (``time.process_time()``: every thread of it) from 
 over until the driver accepted the last one is the receiver's alone — reading, splitting and
 checking the lines, building the blocks, storing and reporting them:
 
+- ``socket``: a child process serves the N lines over TCP (``SocketTextReceiver``), flat
+  out, once told to start (its CPU is not counted); ``socket_1m``: the same receiver reading
+  up to 1 MiB per ``recv`` instead of its default;
 - ``file_tail``: a file of N lines is hard-linked into the followed directory (written
   beforehand, outside the measured time);
 - ``http_lines``: a child process POSTs the lines in bodies of 10,000 lines, one request after
@@ -159,6 +162,52 @@ def _http(
     return _cpu_to_store(sup, n, _feeder([*cmd, *args]))
 
 
+_SERVER = """
+import socket, sys
+lines, size = map(int, sys.argv[1:3])
+filler = b"x" * (size - 12)
+data = b"".join(b"%010d " % i + filler + b"\\n" for i in range(lines))
+with socket.create_server(("127.0.0.1", 0)) as server:
+    print(server.getsockname()[1], flush=True)
+    conn, _ = server.accept()
+    sys.stdin.readline()  # the benchmark's start
+    conn.sendall(data)
+    conn.shutdown(socket.SHUT_WR)
+    conn.recv(1)  # until the receiver closes
+    conn.close()
+"""
+
+
+def _socket(
+    n: int, data: bytes, driver: StoreDriver, secret: str, *, read_size: int | None = None
+) -> float:
+    from spark_receivers.receivers.socket_text import SocketTextReceiver
+
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, str(n), str(LINE_BYTES)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        port = int(server.stdout.readline())
+        kwargs = {} if read_size is None else {"read_size": read_size}
+        receiver = SocketTextReceiver("127.0.0.1", port, storage_level="MEMORY_AND_DISK", **kwargs)
+        sup = _supervised(receiver, driver, secret)
+        sup.start()
+
+        def feed() -> None:
+            assert server.stdin is not None
+            server.stdin.write("go\n")
+            server.stdin.flush()
+
+        return _cpu_to_store(sup, n, feed)
+    finally:
+        server.kill()
+        server.wait(10)
+
+
 _ADDER = """
 import redis, sys
 port, lines, size = map(int, sys.argv[1:4])
@@ -279,6 +328,8 @@ def _listening(port: int) -> bool:
 
 RECEIVERS: dict[str, Callable[[int, bytes, StoreDriver, str], float]] = {
     "mqtt": _mqtt,
+    "socket": _socket,
+    "socket_1m": functools.partial(_socket, read_size=1 << 20),
     "file_tail": _file_tail,
     "http_lines": _http,
     "http_json": functools.partial(_http, format="json"),
