@@ -246,19 +246,17 @@ def test_a_keeper_adopts_a_block_file_of_its_spool_and_refuses_any_other_file(sp
     assert not os.path.exists(spool)  # the spool goes with the keeper
 
 
-def test_a_sink_hands_the_local_copy_over_as_a_file_and_sends_the_replica(spooling, secret):
-    here, there = spooling
-    driver = StandInDriver()
-    driver.targets = [there.address]
-    sink = sink_for(here, secret, driver)
-    placed = sink.put("input-0-1-0", table(5), 100)
-    assert placed.locations == (here.address, there.address)
-    assert here.store.get("input-0-1-0") == there.store.get("input-0-1-0") == table(5)
-    assert os.listdir(here.spool_dir) == [] and os.listdir(there.spool_dir) == []
-    # A spool that cannot take the file: the block goes by a put, and that is said once.
-    os.rmdir(here.spool_dir)
-    assert sink.put("input-0-1-1", table(2), 100).locations == (here.address, there.address)
-    assert here.store.get("input-0-1-1") == table(2)
+def test_a_spool_that_cannot_take_the_file_sends_the_block_by_put_said_once(
+    spooling, secret, caplog
+):
+    here = spooling[0]
+    sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK)
+    os.rmdir(here.spool_dir)  # its disk is gone, say
+    for i in range(2):
+        assert sink.put(f"input-0-1-{i}", table(2), 100).locations == (here.address,)
+        assert here.store.get(f"input-0-1-{i}") == table(2)
+    said = [r for r in caplog.records if "into the keeper's spool" in r.getMessage()]
+    assert len(said) == 1
     sink.close()
 
 
@@ -331,14 +329,17 @@ def test_a_new_keeper_replaces_one_that_stopped_answering(secret):
 # --- copies -----------------------------------------------------------------------------
 
 
-def test_a_replicated_block_is_in_two_keepers_before_put_returns(keepers, secret):
-    here, there = keepers
+@pytest.mark.parametrize("pair", ["keepers", "spooling"])
+def test_a_replicated_block_is_in_two_keepers_before_put_returns(pair, request, secret):
+    here, there = request.getfixturevalue(pair)  # spooling: the local copy is a file
     driver = StandInDriver()
     driver.targets = [there.address]
     sink = sink_for(here, secret, driver)
     placed = sink.put("input-0-1-0", table(5), 100)
     assert placed.locations == (here.address, there.address)
     assert here.store.get("input-0-1-0") == there.store.get("input-0-1-0") == table(5)
+    if here.spool_dir:
+        assert os.listdir(here.spool_dir) == []  # adopted: mapped, then unlinked
     assert driver.reports() == [(2, 2)]
     held = sink.held()  # what the metrics report (this executor's keeper)
     assert held.blocks == len(held) == 1 and held.memory_bytes > 0 and held.disk_bytes == 0
