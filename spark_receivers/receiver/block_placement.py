@@ -293,10 +293,13 @@ class KeeperSink:
                 adopt = m.AdoptBlock(name, generated_ms, self.level.use_disk, path.name)
                 try:
                     client.call(adopt, self._timeout_s)
-                except RpcError:
+                except RpcError as e:
                     path.unlink(missing_ok=True)  # not adopted: still ours to delete
-                    raise
-                return
+                    # A keeper that refused the file may still take the block: a put
+                    # decides whether it is gone (and is replaced), not the refusal.
+                    log.warning("keeper %s did not adopt block %s (%s): a put", keeper, name, e)
+                else:
+                    return
         client.put_table(command, table, self._timeout_s)
 
     def _put_replicas(self, command: bytes, table: pa.Table, count: int) -> list[str]:

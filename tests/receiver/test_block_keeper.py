@@ -260,6 +260,20 @@ def test_a_spool_that_cannot_take_the_file_sends_the_block_by_put_said_once(
     sink.close()
 
 
+def test_a_keeper_that_refuses_the_file_gets_the_block_by_put_and_is_not_replaced(
+    spooling, secret, monkeypatch
+):
+    here = spooling[0]
+    restarts: list[bool] = []
+    sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK, restarts=restarts)
+    monkeypatch.setattr(here, "adopt", lambda message: (_ for _ in ()).throw(RpcError("no")))
+    assert sink.put("input-0-1-0", table(3), 100).locations == (here.address,)
+    assert here.store.get("input-0-1-0") == table(3)  # by put, from the same keeper
+    assert os.listdir(here.spool_dir) == []  # the refused file was deleted
+    assert True not in restarts  # a refusal is not a dead keeper
+    sink.close()
+
+
 def test_the_keeper_process_is_found_again_and_ends_with_its_executor(secret):
     executor = subprocess.Popen(["sleep", "60"])  # stands in for the executor's JVM
     try:
