@@ -271,17 +271,19 @@ class ClassicSide(SparkSide):
         """
         if self.sc.getConf().get(SIMPLIFIED_TRACEBACK_CONF, "true").strip().lower() != "true":
             return
+        # The dict is swapped, never changed in place: a batch thread making its own
+        # function at this moment iterates whichever dict it read (py4j converts it key by
+        # key), and changing that one under it failed a batch with "dictionary changed
+        # size during iteration" (a receiver relaunched while a batch was built).
         with _ENVIRONMENT_LOCK:
             env = self.sc.environment
-            before = env.get(SIMPLIFIED_TRACEBACK_ENV)
-            env[SIMPLIFIED_TRACEBACK_ENV] = "1"
+            made = {**env, SIMPLIFIED_TRACEBACK_ENV: "1"}
+            self.sc.environment = made
             try:
                 rdd._jrdd  # noqa: B018  (made and kept by PySpark's PipelinedRDD)
             finally:
-                if before is None:
-                    env.pop(SIMPLIFIED_TRACEBACK_ENV, None)
-                else:
-                    env[SIMPLIFIED_TRACEBACK_ENV] = before
+                if self.sc.environment is made:
+                    self.sc.environment = env
 
     def add_py_file(self, path: str) -> None:
         """See :meth:`SparkSide.add_py_file`."""

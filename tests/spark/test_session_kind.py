@@ -38,3 +38,26 @@ def test_located_tasks_run_in_the_daemon_of_sqls_python_tasks(spark):
     assert {daemon for daemon, _ in rows} == daemons, (rows, daemons)
     assert [flag for _, flag in rows] == ["1", "1"]
     assert sc.environment == before  # the variable was there only while the function was made
+
+
+@pytest.mark.spark
+def test_the_environment_a_batch_may_be_reading_is_never_changed_under_it(spark):
+    # A batch thread making its mapInArrow function iterates sc.environment (py4j converts
+    # it key by key) while a receiver's launch may make its own function: the launch swaps
+    # the dict, so the one a reader holds never changes size under it (a batch once failed
+    # with "dictionary changed size during iteration").
+    sc = spark.sparkContext
+    held = sc.environment
+    snapshot = dict(held)
+    seen = {}
+
+    class Rdd:
+        @property
+        def _jrdd(self):
+            seen["held unchanged"] = held == snapshot
+            seen["flag"] = sc.environment.get("SPARK_SIMPLIFIED_TRACEBACK")
+            return None
+
+    ClassicSide(sc)._with_sql_worker_env(Rdd())
+    assert seen == {"held unchanged": True, "flag": "1"}
+    assert sc.environment is held and held == snapshot
