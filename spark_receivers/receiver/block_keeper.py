@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -225,7 +226,7 @@ class BlockKeeper:
         path = os.path.join(self.spool_dir, name)
         try:
             st = os.lstat(path)
-            if not os.path.isfile(path) or os.path.islink(path) or st.st_uid != os.getuid():
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():  # lstat: no link
                 msg = f"AdoptBlock of {message.block_id}: {name} is not a regular file of ours"
                 raise RpcError(msg)
             with pa.memory_map(path) as source:
