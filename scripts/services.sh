@@ -128,6 +128,23 @@ wait_for_redis_ready() {
     return 1
 }
 
+# Wait until RabbitMQ on 127.0.0.1:PORT answers AMQP's protocol header with a frame (its
+# Connection.Start), for at most SECONDS: its listener can take connections while the node
+# still boots, and it closes them unanswered then, which a test's first connect took for an
+# incompatible protocol (pika: "Transport indicated EOF", a fresh clone's run of 2026-11-30).
+wait_for_amqp_ready() {
+    local port=$1 seconds=${2:-60} deadline first
+    deadline=$((SECONDS + seconds))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        first=$( (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'AMQP\x00\x00\x09\x01' >&3 \
+            && timeout 5 head -c 1 <&3 | od -An -tu1 | tr -d ' ') 2>/dev/null) || true
+        [ "$first" = 1 ] && return 0
+        sleep 0.2
+    done
+    echo "services.sh: RabbitMQ on 127.0.0.1:$port did not answer AMQP within $seconds s" >&2
+    return 1
+}
+
 wait_for_pid_file() {
     local file=$1
     for _ in $(seq 1 50); do
@@ -252,6 +269,12 @@ launch() {
     }
     if [ "$name" = redis ]; then
         wait_for_redis_ready "$port" "$seconds" || die "redis did not load its data (log: $dir/log)"
+    fi
+    if [ "$name" = amqp ]; then
+        wait_for_amqp_ready "$port" "$seconds" || {
+            tail -n 20 "$dir"/logs/*.log >&2 2>/dev/null || true
+            die "RabbitMQ listens but does not answer AMQP (log: $dir/logs)"
+        }
     fi
     echo "$port"
 }

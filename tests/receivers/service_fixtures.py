@@ -15,6 +15,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -119,7 +120,31 @@ def amqp_url() -> str:
     """``amqp://user:password@127.0.0.1:<port>/%2F`` of the session's RabbitMQ (no guest)."""
     port = start_service("amqp")
     user, password = login("amqp")
-    return f"amqp://{user}:{password}@127.0.0.1:{port}/%2F"
+    url = f"amqp://{user}:{password}@127.0.0.1:{port}/%2F"
+    _wait_for_amqp_login(url, 60)
+    return url
+
+
+def _wait_for_amqp_login(url: str, seconds: float) -> None:
+    """Log in once (bounded retries) before a test uses the broker.
+
+    A listening RabbitMQ may still close a connection unanswered (booting, or a moment
+    under load); a fresh clone's run of 2026-11-30 failed a test's setup on one such
+    close. The test's subject is our receiver, not the broker's readiness: retry here,
+    and fail the test with the last error when the broker never takes a login.
+    """
+    import pika  # only the AMQP tests need it
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            pika.BlockingConnection(pika.URLParameters(url)).close()
+            return
+        except pika.exceptions.AMQPError as e:
+            if time.monotonic() >= deadline:
+                where = url.rsplit("@", 1)[1]
+                pytest.fail(f"RabbitMQ on {where} took no login in {seconds} s: {e!r}")
+            time.sleep(0.5)
 
 
 @pytest.fixture
