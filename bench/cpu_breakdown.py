@@ -118,6 +118,14 @@ JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
          "python.PythonArrowInput", "ArrowPythonRunner"),
     ),
     (
+        # The generated projections that copy each row a read (or a stage) gives into
+        # Spark's row format run in the tasks: before 2026-11-30 the planning rule's
+        # "expressions.codegen." took their writer's frames for code generation.
+        "rows into Spark's row format (generated projections, UnsafeRow writers)",
+        ("codegen.UnsafeWriter", "codegen.UnsafeRowWriter", "codegen.UnsafeArrayWriter",
+         "codegen.BufferHolder", "GeneratedClass$SpecificUnsafeProjection"),
+    ),
+    (
         "Python RDD (rows to and from Python workers)",
         ("api.python.PythonRunner", "api.python.PythonRDD", "api.python.SerDeUtil",
          "api.python.BasePythonRunner", "net.razorvine.pickle"),
@@ -143,7 +151,8 @@ JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("py4j (driver Python to the JVM)", ("py4j.",)),
     (
         "job submission (closures, DAG, tasks), RPC, listeners",
-        ("SparkContext.clean", "util.ClosureCleaner", "org.apache.spark.scheduler.",
+        ("SparkContext.clean", "util.ClosureCleaner", "util.SparkClosureCleaner", "xbean.asm",
+         "org.apache.spark.scheduler.",
          "org.apache.spark.rpc.", "io.netty.", "org.sparkproject.io.netty.",
          "org.apache.spark.network.", "util.ListenerBus", "org.apache.spark.executor."),
     ),
@@ -153,7 +162,7 @@ JVM_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
          "sql.catalyst.planning.", "sql.catalyst.trees.", "expressions.codegen.",
          "catalyst.plans.", "codehaus.", "sql.execution.QueryExecution",
          "sql.execution.SparkStrategies", "sql.execution.adaptive.",
-         "sql.execution.CacheManager", "xbean.asm"),
+         "sql.execution.CacheManager"),
     ),
 )  # fmt: skip
 """A JVM sample's stage is its innermost frame that one of these patterns is in."""
