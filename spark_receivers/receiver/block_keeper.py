@@ -17,16 +17,16 @@ A keeper is an authenticated Arrow Flight endpoint (the context's secret):
   (memory up to its budget, then local disk for levels that allow it);
 * ``do_get`` serves a block to batch readers;
 * ``AdoptBlock`` keeps a block a receiver of the same host wrote as an Arrow IPC
-  file into the keeper's *spool* directory (named on the keeper's start line):
-  the keeper maps the file, unlinks it and keeps the mapped table — the block's
-  bytes are written once, and neither side serializes them into gRPC messages
-  (issue 31 item 4: a ``do_put`` cost the keeper 0.11-0.13 core-seconds per
-  million 100-byte lines, the file 0.04 in all; decision 0011). The mapping
-  lives as long as the block: an unlinked file's pages go with the last
-  reference, and with the process if it dies. Files a receiver wrote but never
-  handed over (it died in between) are swept after ``SPOOL_ORPHAN_S``;
+  file into the keeper's *spool* directory (named on the keeper's start line;
+  ``receiver/block_spool.py``): the keeper maps the file and keeps it, and the
+  mapped table, until the block is removed — the block's bytes are written once,
+  neither side serializes them into gRPC messages (issue 31 item 4: a ``do_put``
+  cost the keeper 0.11-0.13 core-seconds per million 100-byte lines, the file 0.04
+  in all; decision 0011), and a batch's read task on the same host maps the file
+  instead of a ``do_get``. Files a receiver wrote but never handed over (it died in
+  between) are swept after ``SPOOL_ORPHAN_S``;
 * ``RemoveBlocks`` drops blocks whose batch completed (sent by the driver to
-  every copy); ``ReleaseKeeper`` drops everything and ends the process (the
+  every copy), and their spool files; ``ReleaseKeeper`` drops everything and ends the process (the
   context stopped); ``DescribeKeeper`` says what it holds.
 
 It ends by itself when the process it watches (its executor's JVM) is gone:
@@ -50,6 +50,14 @@ from typing import Any
 import pyarrow as pa
 
 from spark_receivers.errors import RpcError, StateError
+from spark_receivers.receiver.block_spool import (
+    ALIVE_FILE,
+    SPOOL_ORPHAN_S,
+    SPOOL_SUFFIX,
+    close_quietly,
+    make_spool,
+    sweep_dead_spools,
+)
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
@@ -58,17 +66,7 @@ from spark_receivers.rpc.transport import FlightEndpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SPOOL_ORPHAN_S", "BlockKeeper", "KeeperSettings", "process_alive", "spool_file_name"]
-
-SPOOL_ORPHAN_S = 120.0
-"""A spool file older than this was never handed over (a receiver writes and hands over a
-block within its put timeout): swept."""
-SPOOL_SUFFIX = ".arrow"
-
-
-def spool_file_name(block_id: str, nonce: str) -> str:
-    """The name a receiver gives the spool file of ``block_id`` (``nonce``: its own, unique)."""
-    return f"{block_id}.{nonce}{SPOOL_SUFFIX}"
+__all__ = ["BlockKeeper", "KeeperSettings", "process_alive"]
 
 
 @dataclass(frozen=True)
@@ -139,9 +137,13 @@ class BlockKeeper:
             StorageLevel.MEMORY_AND_DISK, settings.memory_budget_bytes, settings.spill_dir
         )
         self._released = threading.Event()
-        self.spool_dir = (
-            _make_spool(settings.spill_dir or tempfile.gettempdir()) if settings.spool else ""
-        )
+        self.spool_dir, self._spool_lock = "", -1
+        self._files: dict[str, str] = {}  # block id -> its spool file, kept until removed
+        self._files_lock = threading.Lock()
+        if settings.spool:
+            parent = settings.spill_dir or tempfile.gettempdir()
+            self.spool_dir, self._spool_lock = make_spool(parent)
+            sweep_dead_spools(parent, keep=self.spool_dir)
         self._endpoint = FlightEndpoint(
             "block-keeper",
             settings.bind_host or settings.host,
@@ -177,8 +179,16 @@ class BlockKeeper:
         return why
 
     def close(self) -> None:
-        """Stop serving and drop every block and the spool; idempotent."""
+        """Stop serving and drop every block and the spool; idempotent.
+
+        The spool's lock goes first: from then on no read task maps a file of it, so
+        its blocks are gone for readers no later than the port closes.
+        """
         self._released.set()
+        with self._files_lock:
+            lock, self._spool_lock = self._spool_lock, -1
+            self._files.clear()
+        close_quietly(lock)
         self._endpoint.close()
         self.store.clear()
         if self.spool_dir:
@@ -194,7 +204,11 @@ class BlockKeeper:
             entries = list(os.scandir(self.spool_dir))
         except OSError:
             return 0
+        with self._files_lock:
+            kept = set(self._files.values())
         for entry in entries:
+            if entry.name == ALIVE_FILE or entry.path in kept:
+                continue
             try:
                 if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                     os.unlink(entry.path)
@@ -234,10 +248,23 @@ class BlockKeeper:
         except (OSError, pa.ArrowInvalid) as e:
             msg = f"AdoptBlock of {message.block_id}: could not map {name}: {e}"
             raise RpcError(msg) from None
-        # The mapping outlives the name: the table's buffers hold it until the block goes.
-        os.unlink(path)
+        # Kept (and mapped) until the block is removed: read tasks of this host map it too.
+        with self._files_lock:
+            replaced = self._files.get(message.block_id)
+            self._files[message.block_id] = path
+        if replaced is not None and replaced != path:
+            _unlink(replaced)
         self.store.put(message.block_id, table, message.generated_ms, message.use_disk)
         return True
+
+    def remove(self, block_ids: tuple[str, ...] | list[str]) -> int:
+        """Drop blocks and their spool files; return how many blocks were here."""
+        n = self.store.remove(block_ids)
+        with self._files_lock:
+            files = [self._files.pop(b) for b in block_ids if b in self._files]
+        for path in files:
+            _unlink(path)
+        return n
 
     def describe(self) -> dict[str, Any]:
         """What the keeper holds: blocks, bytes in memory and on disk, its pid."""
@@ -273,7 +300,7 @@ class BlockKeeper:
     def _handle(self, message: m.KeeperMessage) -> Any:
         match message:
             case m.RemoveBlocks(block_ids=ids):
-                return self.store.remove(ids)
+                return self.remove(ids)
             case m.ReleaseKeeper():
                 threading.Thread(target=self.close, name="keeper-release", daemon=True).start()
                 return True
@@ -305,13 +332,13 @@ def main() -> int:
     return 0
 
 
-def _make_spool(parent: str) -> str:
-    """A new private spool directory under ``parent`` ('' when it cannot be made)."""
+def _unlink(path: str) -> None:
     try:
-        return tempfile.mkdtemp(prefix="block-spool-", dir=parent)  # mode 0o700
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
     except OSError as e:
-        log.warning("no block spool under %s (%s): blocks come by do_put", parent, e)
-        return ""
+        log.warning("could not delete spool file %s: %s", path, e)
 
 
 if __name__ == "__main__":

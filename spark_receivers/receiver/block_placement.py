@@ -37,7 +37,8 @@ import pyarrow as pa
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, RpcError
-from spark_receivers.receiver.block_keeper import KeeperSettings, spool_file_name
+from spark_receivers.receiver.block_keeper import KeeperSettings
+from spark_receivers.receiver.block_spool import spool_file_name
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper
 from spark_receivers.receiver.storage_level import StorageLevel
@@ -73,10 +74,15 @@ class KeeperHoldings:
 
 @dataclass(frozen=True)
 class Placed:
-    """A block's size in memory and the endpoints holding its copies, the first copy first."""
+    """A block's size in memory and the endpoints holding its copies, the first copy first.
+
+    ``local_file``: the first copy's file in its keeper's spool, which read tasks on that
+    host map (``receiver/block_spool.py``); None when the block went by a put.
+    """
 
     size_bytes: int
     locations: tuple[str, ...]
+    local_file: str | None = None
 
 
 class BlockSink(Protocol):
@@ -198,11 +204,11 @@ class KeeperSink:
         ).encode()
         wanted = self.level.replication
         replicas = self._pool.submit(self._put_replicas, command, table, wanted - 1)
-        local = self._put_local(command, table, name, generated_ms)
+        local, local_file = self._put_local(command, table, name, generated_ms)
         placed = replicas.result()
         locations = (local, *placed)
         self._note_copies(len(locations), wanted)
-        return Placed(table.get_total_buffer_size(), locations)
+        return Placed(table.get_total_buffer_size(), locations, local_file)
 
     def remove(self, name: str, locations: Sequence[str]) -> None:
         """Drop the block from every keeper it was put in (best effort, logged)."""
@@ -251,10 +257,13 @@ class KeeperSink:
 
     # --- copies ------------------------------------------------------------------------
 
-    def _put_local(self, command: bytes, table: pa.Table, name: str, generated_ms: int) -> str:
+    def _put_local(
+        self, command: bytes, table: pa.Table, name: str, generated_ms: int
+    ) -> tuple[str, str | None]:
+        """The first copy's keeper address, and its spool file when the keeper adopted one."""
         keeper = self._keeper or self.start()
         try:
-            self._keep_local(keeper, command, table, name, generated_ms)
+            local_file = self._keep_local(keeper, command, table, name, generated_ms)
         except RpcError as first:
             self._drop_client(keeper.address)
             if self._closing or "was released" in str(first):
@@ -262,19 +271,19 @@ class KeeperSink:
                 raise BlockStoreError(msg) from first
             log.warning("the block keeper at %s failed (%s): starting a new one", keeper, first)
         else:
-            return keeper.address
+            return keeper.address, local_file
         try:
             keeper = self.start(restart=True)
-            self._keep_local(keeper, command, table, name, generated_ms)
+            local_file = self._keep_local(keeper, command, table, name, generated_ms)
         except (RpcError, BlockStoreError) as e:
             msg = f"could not keep block {name} ({table.num_rows} records) on this executor: {e}"
             raise BlockStoreError(msg) from e
-        return keeper.address
+        return keeper.address, local_file
 
     def _keep_local(
         self, keeper: KeeperHandle, command: bytes, table: pa.Table, name: str, generated_ms: int
-    ) -> None:
-        """The first copy: a file the keeper adopts when it keeps a spool, else a put."""
+    ) -> str | None:
+        """The first copy: a file the keeper adopts when it keeps a spool (its path), else a put."""
         client = self._client_of(keeper.address)
         if keeper.spool_dir:
             try:
@@ -299,8 +308,9 @@ class KeeperSink:
                     # decides whether it is gone (and is replaced), not the refusal.
                     log.warning("keeper %s did not adopt block %s (%s): a put", keeper, name, e)
                 else:
-                    return
+                    return str(path)
         client.put_table(command, table, self._timeout_s)
+        return None
 
     def _put_replicas(self, command: bytes, table: pa.Table, count: int) -> list[str]:
         placed: list[str] = []
@@ -379,7 +389,8 @@ def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
     """Write block ``name`` as an Arrow IPC file (uncompressed) into a keeper's spool.
 
     The name is new (a random nonce, created exclusively): a keeper's ``AdoptBlock`` maps
-    and unlinks it. A file that could not be written whole is deleted before raising.
+    it and keeps it until the block is removed. A file that could not be written whole is
+    deleted before raising.
     """
     path = Path(spool_dir) / spool_file_name(name, secrets.token_hex(6))
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

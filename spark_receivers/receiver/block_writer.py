@@ -90,6 +90,7 @@ class BlockStoreResult:
     size_bytes: int
     wal_handle: dict[str, Any] | None = None
     locations: tuple[str, ...] = ()
+    local_file: str | None = None
 
 
 class ReceivedBlockHandler(Protocol):
@@ -126,7 +127,11 @@ class BlockStoreBasedBlockHandler:
             msg = f"could not put block {block_id} ({table.num_rows} records) in the block store"
             raise BlockStoreError(msg) from e
         return BlockStoreResult(
-            block_id, table.num_rows, placed.size_bytes, locations=placed.locations
+            block_id,
+            table.num_rows,
+            placed.size_bytes,
+            locations=placed.locations,
+            local_file=placed.local_file,
         )
 
     def remove_block(self, result: BlockStoreResult) -> None:
@@ -228,7 +233,12 @@ class WriteAheadLogBasedBlockHandler:
         self.blocks_stored += 1
         self.bytes_logged += len(payload)
         return BlockStoreResult(
-            block_id, table.num_rows, placed.size_bytes, handle.to_dict(), placed.locations
+            block_id,
+            table.num_rows,
+            placed.size_bytes,
+            handle.to_dict(),
+            placed.locations,
+            placed.local_file,
         )
 
     def _discard(self, block_id: str, store_future: cf.Future[Placed]) -> None:
@@ -389,6 +399,7 @@ class BlockWriter:
             metadata=metadata,
             replica_endpoints=tuple(replicas),
             position=position,
+            local_file=stored.local_file,
         )
         try:
             future = self._reporter.submit(info)

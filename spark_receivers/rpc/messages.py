@@ -63,6 +63,9 @@ class ReceivedBlockInfo:
     write-ahead log record when the receiver WAL is on. ``position`` is the source
     position the block covers, as the receiver wrote it with ``store(..., position=...)``
     (opaque to the driver: a Redis entry id, a file offset...); None when it gave none.
+    ``local_file`` is the first copy's Arrow IPC file in its keeper's spool: a read task on
+    that host maps it while the keeper lives, instead of fetching the block
+    (``receiver/block_spool.py``); None when the first copy went by a put.
     """
 
     stream_id: int
@@ -75,6 +78,7 @@ class ReceivedBlockInfo:
     metadata: dict[str, Any] | None = None
     replica_endpoints: tuple[str, ...] = ()
     position: str | None = None
+    local_file: str | None = None
 
     @property
     def locations(self) -> tuple[str, ...]:
@@ -112,6 +116,8 @@ class ReceivedBlockInfo:
             raw["replica_endpoints"] = list(self.replica_endpoints)
         if self.position is not None:
             raw["position"] = self.position
+        if self.local_file is not None:
+            raw["local_file"] = self.local_file
         return raw
 
     def without_store(self) -> ReceivedBlockInfo:
@@ -375,8 +381,9 @@ class AdoptBlock:
     """Keep the block a receiver on this host wrote as an Arrow IPC file in the keeper's spool.
 
     ``file`` is the file's name in the spool directory the keeper told (no path). The keeper
-    maps it, unlinks it and keeps the mapped table as it keeps a block sent by ``do_put``;
-    replied with True. The file is the receiver's until the reply: a refusal leaves it there.
+    maps it and keeps the mapped table as it keeps a block sent by ``do_put``, and the file
+    until the block is removed (read tasks of the host map it); replied with True. The file
+    is the receiver's until the reply: a refusal leaves it there.
     """
 
     block_id: str

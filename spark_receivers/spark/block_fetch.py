@@ -1,6 +1,8 @@
 """Fetching one block: from a block store holding a copy, else from the receiver WAL.
 
-Runs in the Python worker of a batch read task. The block stores holding its
+Runs in the Python worker of a batch read task. A block whose first copy is a file in
+its keeper's spool on this host is mapped from that file while the keeper lives
+(``receiver/block_spool.py``): no Flight call, no copy. Otherwise the block stores holding its
 copies are tried in turn (those on this host first, then in the order the block
 names them); when none can serve it (their executors are gone, or the block was
 recovered after a driver restart and is known to be in no store) the block's
@@ -21,6 +23,7 @@ from collections import OrderedDict
 import pyarrow as pa
 
 from spark_receivers.errors import BlockNotFoundError, BlockStoreError, RpcError, WriteAheadLogError
+from spark_receivers.receiver.block_spool import read_spooled
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.rpc.transport import EndpointClient
@@ -75,6 +78,10 @@ def fetch_block(
     Raises :class:`BlockNotFoundError` naming the block (and both causes) when it
     is in neither.
     """
+    if info.local_file is not None:
+        table = read_spooled(info.local_file, info.block_id, info.num_records)
+        if table is not None:
+            return table
     errors: list[str] = []
     for endpoint in nearest_first(info.locations):
         client = _client(endpoint, secret, tls)

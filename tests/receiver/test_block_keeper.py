@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -30,6 +31,7 @@ from spark_receivers.receiver.block_placement import (
     effective_level,
     write_spool_file,
 )
+from spark_receivers.receiver.block_spool import spool_alive, sweep_dead_spools
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper, keeper_dir
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
@@ -221,10 +223,13 @@ def test_a_keeper_adopts_a_block_file_of_its_spool_and_refuses_any_other_file(sp
     client = EndpointClient(keeper.address, secret)
     path = write_spool_file(spool, "input-0-1-0", table(3))
     assert client.call(m.AdoptBlock("input-0-1-0", 5, True, path.name)) is True
-    assert not path.exists() and os.listdir(spool) == []  # mapped, then unlinked
+    assert path.exists()  # kept while the block is: read tasks of this host map it
     assert client.read_table(b"input-0-1-0") == table(3)
     assert client.call(m.DescribeKeeper())["blocks"] == 1
+    os.utime(path, (0, 0))
+    assert keeper.sweep_spool() == 0 and path.exists()  # held: never an orphan
     assert client.call(m.RemoveBlocks(("input-0-1-0",))) == 1
+    assert not path.exists() and sorted(os.listdir(spool)) == [".alive"]
     kept = write_spool_file(spool, "input-0-1-1", table(1))
     outside = os.path.join(os.path.dirname(spool), "input-0-1-1.x.arrow")
     os.symlink(kept, os.path.join(spool, "input-0-1-1.link.arrow"))
@@ -251,7 +256,7 @@ def test_a_spool_that_cannot_take_the_file_sends_the_block_by_put_said_once(
 ):
     here = spooling[0]
     sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK)
-    os.rmdir(here.spool_dir)  # its disk is gone, say
+    shutil.rmtree(here.spool_dir)  # its disk is gone, say
     for i in range(2):
         assert sink.put(f"input-0-1-{i}", table(2), 100).locations == (here.address,)
         assert here.store.get(f"input-0-1-{i}") == table(2)
@@ -269,7 +274,7 @@ def test_a_keeper_that_refuses_the_file_gets_the_block_by_put_and_is_not_replace
     monkeypatch.setattr(here, "adopt", lambda message: (_ for _ in ()).throw(RpcError("no")))
     assert sink.put("input-0-1-0", table(3), 100).locations == (here.address,)
     assert here.store.get("input-0-1-0") == table(3)  # by put, from the same keeper
-    assert os.listdir(here.spool_dir) == []  # the refused file was deleted
+    assert os.listdir(here.spool_dir) == [".alive"]  # the refused file was deleted
     assert True not in restarts  # a refusal is not a dead keeper
     sink.close()
 
@@ -352,13 +357,18 @@ def test_a_replicated_block_is_in_two_keepers_before_put_returns(pair, request, 
     placed = sink.put("input-0-1-0", table(5), 100)
     assert placed.locations == (here.address, there.address)
     assert here.store.get("input-0-1-0") == there.store.get("input-0-1-0") == table(5)
-    if here.spool_dir:
-        assert os.listdir(here.spool_dir) == []  # adopted: mapped, then unlinked
+    if here.spool_dir:  # adopted: the first copy's file, kept until the block goes
+        assert placed.local_file and os.path.dirname(placed.local_file) == here.spool_dir
+        assert os.path.exists(placed.local_file)
+    else:
+        assert placed.local_file is None
     assert driver.reports() == [(2, 2)]
     held = sink.held()  # what the metrics report (this executor's keeper)
     assert held.blocks == len(held) == 1 and held.memory_bytes > 0 and held.disk_bytes == 0
     sink.remove("input-0-1-0", placed.locations)
     assert len(here.store) == len(there.store) == 0
+    if placed.local_file:
+        assert not os.path.exists(placed.local_file)
     sink.close()
 
 
@@ -410,6 +420,55 @@ def test_a_read_falls_back_to_the_replica_when_the_first_copy_is_gone(keepers, s
     ):
         fetch_block(info, secret, timeout_s=5)
     sink.close()
+
+
+def test_a_read_on_the_keepers_host_maps_its_spool_file_without_a_flight_call(spooling, secret):
+    here = spooling[0]
+    sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK)
+    placed = sink.put("input-0-1-0", table(4), 0)
+    assert placed.local_file is not None
+    # No keeper answers at this endpoint: only the file can give the block.
+    info = m.ReceivedBlockInfo(0, "input-0-1-0", 4, 0, "127.0.0.1:9", local_file=placed.local_file)
+    assert fetch_block(info, secret, timeout_s=5) == table(4)
+    assert m.ReceivedBlockInfo.from_dict(info.to_dict()) == info  # the driver's WAL keeps it
+    for wrong in (
+        m.ReceivedBlockInfo(0, "input-0-1-0", 5, 0, "127.0.0.1:9", local_file=placed.local_file),
+        m.ReceivedBlockInfo(0, "input-0-1-9", 4, 0, "127.0.0.1:9", local_file=placed.local_file),
+    ):  # not the records, or not the block, the driver knows: fetched (and not found here)
+        with pytest.raises(BlockNotFoundError):
+            fetch_block(wrong, secret, timeout_s=5)
+    sink.remove("input-0-1-0", placed.locations)  # the batch completed
+    with pytest.raises(BlockNotFoundError, match="lost block input-0-1-0"):
+        fetch_block(info, secret, timeout_s=5)
+    sink.close()
+
+
+def test_a_spool_file_is_not_read_once_its_keeper_is_gone_and_the_next_keeper_removes_it(
+    secret, tmp_path
+):
+    executor = subprocess.Popen(["sleep", "60"])  # stands in for the executor's JVM
+    try:
+        settings = KeeperSettings(
+            secret, "127.0.0.1", 0, memory_budget_bytes=MiB, spill_dir=str(tmp_path), spool=True
+        )
+        handle = ensure_local_keeper(settings, watch_pid=executor.pid)
+        path = write_spool_file(handle.spool_dir, "input-0-1-0", table(3))
+        client = EndpointClient(handle.address, secret)
+        assert client.call(m.AdoptBlock("input-0-1-0", 1, True, path.name)) is True
+        client.close()
+        info = m.ReceivedBlockInfo(0, "input-0-1-0", 3, 0, handle.address, local_file=str(path))
+        assert spool_alive(handle.spool_dir)
+        assert fetch_block(info, secret, timeout_s=5) == table(3)
+        os.kill(handle.pid, signal.SIGKILL)  # no close: its files stay on disk
+        assert wait_until(lambda: not process_alive(handle.pid))
+        assert path.exists() and not spool_alive(handle.spool_dir)
+        with pytest.raises(BlockNotFoundError, match="lost block input-0-1-0"):
+            fetch_block(info, secret, timeout_s=5)  # gone with its keeper, as over Flight
+        assert sweep_dead_spools(str(tmp_path), min_age_s=3600) == 0  # may still be starting
+        assert sweep_dead_spools(str(tmp_path), min_age_s=0) == 1
+        assert not os.path.exists(handle.spool_dir)
+    finally:
+        executor.kill()
 
 
 def test_a_stopping_receiver_never_starts_a_keeper(keepers, secret):

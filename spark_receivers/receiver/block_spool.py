@@ -1,0 +1,173 @@
+"""A keeper's spool: the block files a receiver, its keeper and the batch reads of one host share.
+
+A keeper that keeps a spool (``spark.receivers.blockKeeper.spool``, the default) makes a
+private directory (mode 0700) under its spill directory or the system's temporary one. A
+receiver on the same host writes a block's first copy there as an Arrow IPC file
+(``<block id>.<nonce>.arrow``) and hands it over (``AdoptBlock``); the keeper maps it and keeps
+the file until the driver removes the block (``RemoveBlocks``), so a batch's read task on
+the same host maps the same file (:func:`read_spooled`) instead of fetching the block from
+the keeper over Arrow Flight: the block is written once and read in place (issue 31, item 4;
+decision 0011). A reader on another host, or one that finds no file, fetches as before.
+
+**Alive, or gone with its keeper**: the keeper holds an exclusive ``flock`` on the spool's
+``.alive`` file as long as it runs; the kernel drops it when the process ends, however it
+ends. A reader maps a block's file only while that lock is held, so a block lives as long
+as its keeper, as a block fetched over Flight does (a keeper killed with its executor loses
+its blocks; replicas and the WAL are what survive it). A keeper starting on the host
+removes the spools of keepers that are gone (:func:`sweep_dead_spools`); a keeper's own
+files that no receiver handed over are swept after ``SPOOL_ORPHAN_S``.
+
+Plain functions; executor side (keeper, receiver task, read task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import stat
+import tempfile
+import time
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ALIVE_FILE",
+    "SPOOL_ORPHAN_S",
+    "SPOOL_PREFIX",
+    "SPOOL_SUFFIX",
+    "make_spool",
+    "read_spooled",
+    "spool_alive",
+    "spool_file_name",
+    "sweep_dead_spools",
+]
+
+SPOOL_ORPHAN_S = 120.0
+"""A spool file older than this that its keeper does not hold was never handed over (a
+receiver writes and hands over a block within its put timeout): swept."""
+SPOOL_PREFIX = "block-spool-"
+SPOOL_SUFFIX = ".arrow"
+ALIVE_FILE = ".alive"
+DEAD_SPOOL_MIN_AGE_S = 60.0
+"""A spool without a live keeper is removed only when at least this old: a keeper that is
+starting makes its directory, then takes the lock a moment later."""
+
+
+def spool_file_name(block_id: str, nonce: str) -> str:
+    """The name a receiver gives the spool file of ``block_id`` (``nonce``: its own, unique)."""
+    return f"{block_id}.{nonce}{SPOOL_SUFFIX}"
+
+
+def make_spool(parent: str) -> tuple[str, int]:
+    """A new private spool under ``parent`` and the descriptor holding its ``.alive`` lock.
+
+    The lock is the keeper's for as long as the descriptor is open (keep it for the
+    process's life). ``("", -1)`` when no spool can be made there (logged: blocks then
+    come by ``do_put``).
+    """
+    try:
+        spool = tempfile.mkdtemp(prefix=SPOOL_PREFIX, dir=parent)  # mode 0o700
+    except OSError as e:
+        log.warning("no block spool under %s (%s): blocks come by do_put", parent, e)
+        return "", -1
+    try:
+        fd = os.open(os.path.join(spool, ALIVE_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        log.warning("no block spool under %s (its lock: %s): blocks come by do_put", parent, e)
+        shutil.rmtree(spool, ignore_errors=True)
+        return "", -1
+    return spool, fd
+
+
+def spool_alive(spool: str) -> bool:
+    """Whether the keeper of ``spool`` still runs (it holds the ``.alive`` lock)."""
+    try:
+        fd = os.open(os.path.join(spool, ALIVE_FILE), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True  # held: the keeper runs
+    except OSError:
+        return False
+    else:
+        return False  # nobody holds it: the keeper is gone
+    finally:
+        os.close(fd)  # closing drops a lock this probe took
+
+
+def sweep_dead_spools(parent: str, keep: str = "", min_age_s: float = DEAD_SPOOL_MIN_AGE_S) -> int:
+    """Remove the spools under ``parent`` whose keeper is gone; return how many.
+
+    ``keep`` (the caller's own spool) is never touched, nor a spool younger than
+    ``min_age_s`` (its keeper may be taking its lock) or one that is not ours.
+    """
+    removed = 0
+    cutoff = time.time() - min_age_s
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(SPOOL_PREFIX) or entry.path == keep:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_ctime > cutoff:
+            continue
+        if not spool_alive(entry.path):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    if removed:
+        log.warning("removed %d block spool(s) of keepers that are gone under %s", removed, parent)
+    return removed
+
+
+def read_spooled(path: str, block_id: str, num_records: int) -> pa.Table | None:
+    """Block ``block_id`` mapped from its spool file, or None when it cannot be read here.
+
+    None (the caller fetches the block from a keeper) when the file is not on this host,
+    its keeper is gone, it is not a regular file of ours named for the block, or it does
+    not hold ``num_records`` records. The table maps the file: it stays readable after the
+    keeper removes the block (the pages go with the last mapping).
+    """
+    name = os.path.basename(path)
+    if not (name.startswith(block_id + ".") and name.endswith(SPOOL_SUFFIX)):
+        return None
+    if not spool_alive(os.path.dirname(path)):
+        return None
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        with pa.memory_map(path) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid) as e:
+        log.debug("block %s: its spool file %s could not be read here (%s)", block_id, path, e)
+        return None
+    if table.num_rows != num_records:
+        log.warning(
+            "block %s: its spool file %s holds %d records, not %d: fetched instead",
+            block_id,
+            path,
+            table.num_rows,
+            num_records,
+        )
+        return None
+    return table
+
+
+def close_quietly(fd: int) -> None:
+    """Close a spool's lock descriptor (``-1``: none)."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
