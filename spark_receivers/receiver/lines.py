@@ -13,6 +13,8 @@ Executor side; plain functions, no state.
 
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,7 +29,7 @@ def split_lines(chunk: bytes, max_record_bytes: int) -> pa.Array | None:
     None when a line is longer than ``max_record_bytes`` (``\r`` counted) or not valid
     UTF-8: the caller then goes line by line.
     """
-    lines = pc.split_pattern(pa.array([chunk], pa.binary()), b"\n").values
+    lines = pc.split_pattern(_one_value(chunk), b"\n").values
     if len(chunk) > max_record_bytes:
         longest = pc.max(pc.binary_length(lines)).as_py()
         if longest > max_record_bytes:
@@ -39,3 +41,17 @@ def split_lines(chunk: bytes, max_record_bytes: int) -> pa.Array | None:
     if b"\r" in chunk:
         text = pc.replace_substring_regex(text, "\r$", "", max_replacements=1)
     return text
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _one_value(chunk: bytes) -> pa.Array:
+    """``chunk`` as a binary array of one value over the chunk's own bytes (no copy).
+
+    ``pa.array([chunk])`` copied every byte read once more (a fifth of the split's CPU).
+    """
+    if len(chunk) > _INT32_MAX:  # binary offsets are 32-bit
+        return pa.array([chunk], pa.large_binary())
+    offsets = pa.py_buffer(struct.pack("=ii", 0, len(chunk)))
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(chunk)])
