@@ -14,7 +14,9 @@ before cutting anything. Each system (``spark_receivers``: our ``SocketTextRecei
 (``bench.step.run_child_session``: the same line server of 100-byte lines, child process,
 ``local[4]``, 1 s batches, warm-up). A sampler reads the CPU of every process of the
 child's tree from ``/proc`` every 0.25 s (``bench/proc_cpu.py``); the window starts
-``SETTLE_S`` after the receiver connected and ends a second before the send window does.
+``SETTLE_S`` (30 s) after the receiver connected, once the JVM's compilers have mostly
+settled, and ends a second before the send window does. The JVM's JIT compiler threads
+are counted in the JVM and also shown on a line of their own.
 Per million lines offered in the window it prints each process kind's CPU-seconds: the
 child's Python (the driver: our scheduler, tracker and batch threads; DStream's
 py4j callbacks), the JVM (driver and executor in one, ``local[4]``) with its threads by
@@ -36,7 +38,8 @@ each process's CPU. Flame graphs (SVG, frames under 1 % of the samples left out)
 
 Spark alone (``query_floor``'s method, CPU from ``/proc`` instead of the machine's busy
 cores): the pipeline's query on a batch of the same size already cached in Spark
-(``local[4]``, 4 partitions), repeated, in a child process of its own. "Everything but the
+(``local[4]``, 4 partitions), repeated, in a child process of its own, after the same JIT
+warm-up as ``query_floor``'s (``SPARK_ALONE_WARM_S`` of word counts). "Everything but the
 query" is the system's CPU per million lines minus Spark alone's.
 
 The machine may be shared: CPU-seconds per process count only this benchmark's processes,
@@ -81,11 +84,21 @@ SYSTEMS = {
 DEFAULT_SYSTEMS = ("spark_receivers", "dstream")
 PIPELINES = ("ingest", "wordcount")
 DEFAULT_RATE = 150_000
-DEFAULT_SECONDS = 30.0
+DEFAULT_SECONDS = 60.0
 QUICK_RATE = 100_000
 QUICK_SECONDS = 16.0
-SETTLE_S = 8.0
-"""The window starts this long after the receiver connected (first blocks, JIT)."""
+SETTLE_S = 30.0
+"""The window starts this long after the receiver connected (first blocks, JIT): a fresh
+JVM's compilers still took 0.3-0.7 core-s per million lines 8-38 s after the connection
+at 450,000 lines/s on 2026-11-30 (``jstat -compiler``: 160 compilations/s, tapering), a
+start-up cost a ladder's minutes-long sessions do not carry. A session shorter than
+``SETTLE_S + 10`` s (``--quick``) settles ``QUICK_SETTLE_S``."""
+QUICK_SETTLE_S = 8.0
+SPARK_ALONE_WARM_S = 20.0
+"""Spark alone warms up as ``bench.query_floor`` does (word counts on a million lines for
+this long) before it is measured: with four queries only, its JIT was still compiling and
+it came out 1.3x query_floor's figure (2026-11-29)."""
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 SPARK_ALONE_RUNS = 8
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 SPARK_ALONE_PREFIX = "SPARK_ALONE "
@@ -365,7 +378,7 @@ def _monitor(
         if connected is None:
             b.error = "the receiver never connected"
             return
-        start = connected + SETTLE_S
+        start = connected + (SETTLE_S if seconds >= SETTLE_S + 10 else QUICK_SETTLE_S)
         end = connected + seconds - 1.0
         time.sleep(max(0.0, start - time.monotonic()))
         start = tree.mark()
@@ -489,12 +502,13 @@ def spark_alone(pipeline: str, lines: int, runs: int) -> float:
     """CPU-seconds of this process tree per run of ``pipeline``'s query on ``lines`` cached."""
     from bench.child import local_session
     from bench.pipelines import batch_query
-    from bench.query_floor import lines_table
+    from bench.query_floor import lines_table, warm_up
     from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
     query = batch_query(pipeline)
     spark = local_session("cpu-breakdown-spark-alone")
     try:
+        warm_up(spark, LinePool(), SPARK_ALONE_WARM_S)
         n = max(BLOCK_LINES, lines // BLOCK_LINES * BLOCK_LINES)
         df = spark.createDataFrame(lines_table(LinePool(), n)).repartition(4).cache()
         df.count()
@@ -561,6 +575,11 @@ def render(data: dict[str, Any]) -> str:
         if any(b.by_kind.get(kind) for b in results):
             row(kind, [_f(b.kind_per_million(kind)) for b in results])
     row("**all processes**", [f"**{_f(b.total_per_million)}**" for b in results])
+    row(
+        "of which the JVM's JIT compilers (C1, C2)",
+        [_f(b.per_million(sum(b.jvm_threads.get(t, 0.0) for t in JIT_THREADS)))
+         for b in results],
+    )  # fmt: skip
     row("Spark alone, same query and batch", [_f(b.spark_alone_per_million) for b in results])
     row("**everything but the query**", [f"**{_f(b.but_the_query)}**" for b in results])
     row(

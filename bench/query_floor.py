@@ -40,7 +40,16 @@ from bench.pipelines import two_action, word_count
 from bench.record import Recording, Section, add_record_arguments, doc_tail
 from spark_receivers.receivers.lines import BLOCK_LINES, LinePool
 
-__all__ = ["LAST_RESULTS", "QUERIES", "SECTION", "fits", "lowest_failing", "main", "render"]
+__all__ = [
+    "LAST_RESULTS",
+    "QUERIES",
+    "SECTION",
+    "fits",
+    "lowest_failing",
+    "main",
+    "render",
+    "warm_up",
+]
 
 INTERVAL_MS = 1000.0
 CORES_PER_INTERVAL = float(os.cpu_count() or 2)
@@ -189,7 +198,8 @@ SECTION = Section(
 )
 
 
-def _warm_up(spark: Any, pool: LinePool, seconds: float) -> None:
+def warm_up(spark: Any, pool: LinePool, seconds: float) -> None:
+    """Word counts on a million cached lines for ``seconds``: the JIT's warm-up."""
     df = spark.createDataFrame(lines_table(pool, 1_000_000)).repartition(4).cache()
     df.count()
     end = time.monotonic() + seconds
@@ -223,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 warm_up_s = (
                     args.warm_up if args.warm_up is not None else (5.0 if args.quick else 20.0)
                 )
-                _warm_up(spark, pool, warm_up_s)
+                warm_up(spark, pool, warm_up_s)
                 for n in rungs:
                     rung = measure_rung(spark, sampler, pool, n, runs)
                     print(json.dumps(rung), flush=True)
