@@ -81,6 +81,22 @@ def test_bad_lines_are_skipped_counted_and_reported_the_rest_kept(tracker):
     assert any("longer than max_record_bytes=1000" in r for r in reports)
 
 
+@pytest.mark.parametrize("read_size", [7, 64, 1001, 4096])
+def test_lines_split_across_reads_come_whole_and_in_order(tracker, read_size):
+    """The receiver reads into one reused buffer: lines, bad ones and a too-long one
+    straddle reads, and a last line without its newline is kept when the server closes."""
+    server = OneShotServer(PAYLOAD + b"no newline at the end")
+    try:
+        receiver = SocketTextReceiver(
+            "127.0.0.1", server.port, max_record_bytes=1000, read_size=read_size
+        )
+        values = run(tracker, receiver, len(GOOD_BEFORE) + len(GOOD_AFTER) + 2)
+    finally:
+        server.close()
+    assert values == [*GOOD_BEFORE, "windows line", *GOOD_AFTER, "no newline at the end"]
+    assert receiver.bad_records == 2
+
+
 def test_dead_letter_policy_sets_bad_lines_aside(tracker, tmp_path):
     server = OneShotServer(PAYLOAD)
     try:
