@@ -108,7 +108,8 @@ class DeploymentKeys:
         True,
         "spark.receivers.blockKeeper.spool",
         "A receiver hands its block to the keeper of its own executor as an Arrow file the "
-        "keeper maps (written once, no gRPC copy); false: sent by an Arrow Flight put. "
+        "keeper maps (written once, no gRPC copy), and read tasks on that host map it too "
+        "while the keeper lives; false: sent by an Arrow Flight put and read over Flight. "
         "Replicas on other executors are always sent by put.",
     )
     lost_block_policy: str = key(
