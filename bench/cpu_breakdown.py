@@ -24,10 +24,15 @@ name, our block keeper, our receiver's task (the Python worker holding the conne
 other Python task workers (ours: the data source's read tasks; DStream's: its Python
 ``flatMap``/``map``), the data source's planning workers.
 
-Inside the JVM, Java Flight Recorder (``jcmd <pid> JFR.start``, the JDK's ``jfr print``)
-samples the Java threads over the same window; each sample's stage is its innermost frame
-that a rule of :data:`JVM_STAGES` names. Inside our Python processes py-spy samples the
-receiver's task, the keeper, the read workers and the driver. py-spy is meant to leave
+The profiles come from a **second session** of each step, so that the table's CPU figures
+are those of a session no profiler touched: under py-spy and JFR the JVM's compilers still
+ran at 2.9-4.3 core-s per million lines 30 s in (150,000 lines/s, 2026-11-30) and our word
+count fell behind. A stage's core-seconds are its share of the profiled session's samples
+times the unprofiled session's JVM figure. Inside the JVM, Java Flight Recorder (``jcmd
+<pid> JFR.start``, the JDK's ``jfr print``) samples the Java threads over the same window;
+each sample's stage is its innermost frame that a rule of :data:`JVM_STAGES` names. Inside
+our Python processes py-spy samples the receiver's task, the keeper, the read workers and
+the driver. py-spy is meant to leave
 idle threads out, but on the machines of 2026-11-25 it did not (threads blocked in
 ``recv`` or a socket read were sampled as working), so a Python graph shows where threads
 are, not only where CPU goes; the stage shares leave out Python-level waits (locks,
@@ -231,9 +236,24 @@ class Breakdown:
     machine_busy_cores: float | None = None
     spark_alone_core_s_per_batch: float | None = None
     graphs: list[str] = field(default_factory=list)
+    profiled_sustained: bool | None = None
+    """Whether the profiled session of this step kept up (None: not profiled)."""
     pids: dict[str, list[int]] = field(default_factory=dict)
     """The pids of each kind seen, and the daemon whose workers py-spy followed."""
     error: str | None = None
+
+    def take_profile(self, profiled: Breakdown) -> None:
+        """Take the stages, top frames and graphs of a profiled session of the same step.
+
+        The CPU figures stay this (unprofiled) session's: py-spy and JFR cost CPU in the
+        processes they sample, and under them the JVM's compilers ran at 2.9-4.3 core-s per
+        million lines 30 s in (150,000 lines/s, 2026-11-30) and the word count fell behind.
+        """
+        self.jvm_stages, self.py_stages = profiled.jvm_stages, profiled.py_stages
+        self.jvm_top, self.py_top, self.graphs = profiled.jvm_top, profiled.py_top, profiled.graphs
+        self.profiled_sustained = profiled.sustained
+        if profiled.error and not self.error:
+            self.error = f"profiled session: {profiled.error}"
 
     def per_million(self, core_s: float, kind: str = proc_cpu.JVM) -> float:
         """``core_s`` per million lines: lines read for the receiver side, else processed.
@@ -606,6 +626,12 @@ def render(data: dict[str, Any]) -> str:
          for b in results],
     )  # fmt: skip
     row("step sustained", ["yes" if b.sustained else f"no ({b.reason[:60]})" for b in results])
+    if any(b.profiled_sustained is not None for b in results):
+        row(
+            "profiled session sustained",
+            ["-" if b.profiled_sustained is None else "yes" if b.profiled_sustained else "no"
+             for b in results],
+        )  # fmt: skip
     parts = ["\n".join(rows)]
     for b in results:
         parts.append(_render_detail(b))
@@ -685,15 +711,12 @@ def main(argv: list[str] | None = None) -> int:
     with Recording(SECTION, "python -m bench.cpu_breakdown", argv, args) as rec:
         for pipeline in pipelines:
             for system in systems:
-                b = run_breakdown(
-                    system,
-                    pipeline,
-                    rate,
-                    seconds,
-                    profile=not args.no_profile,
-                    tag=args.tag,
-                    gil=args.gil,
-                )
+                b = run_breakdown(system, pipeline, rate, seconds, profile=False, tag=args.tag)
+                if not args.no_profile:
+                    profiled = run_breakdown(
+                        system, pipeline, rate, seconds, profile=True, tag=args.tag, gil=args.gil
+                    )
+                    b.take_profile(profiled)
                 if pipeline not in alone:
                     alone[pipeline] = run_spark_alone(pipeline, rate)
                 b.spark_alone_core_s_per_batch = alone[pipeline]

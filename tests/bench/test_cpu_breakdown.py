@@ -161,6 +161,23 @@ def test_each_side_counts_against_the_lines_it_handled_and_the_section_says_so()
     assert "| **everything but the query** | **2.00** |" in text
 
 
+def test_the_table_keeps_the_unprofiled_session_s_cpu_and_takes_the_profile_s_stages():
+    measured = Breakdown("spark_receivers", "wordcount", 100_000, window_s=10.0)
+    measured.lines = measured.lines_processed = 1_000_000
+    measured.by_kind = {proc_cpu.JVM: 2.0}
+    measured.sustained = True
+    profiled = Breakdown("spark_receivers", "wordcount", 100_000, window_s=10.0)
+    profiled.by_kind = {proc_cpu.JVM: 9.0}  # the profilers' own cost, not the pipeline's
+    profiled.jvm_stages = {"query operators (split, explode, aggregate, count)": 0.5}
+    profiled.graphs = ["bench/results/cpu-latest-spark_receivers-wordcount-jvm.svg"]
+    measured.take_profile(profiled)
+    assert measured.kind_per_million(proc_cpu.JVM) == 2.0
+    assert measured.graphs == profiled.graphs and measured.profiled_sustained is False
+    text = render({"results": [vars(measured)]})
+    assert "query operators (split, explode, aggregate, count) 50% (1.00)" in text
+    assert "| step sustained | yes |" in text and "| profiled session sustained | no |" in text
+
+
 def test_the_section_runs_in_make_bench_before_the_ladder():
     order = list(SECTIONS)
     assert order.index("query_floor") < order.index("cpu_breakdown") < order.index("throughput")
