@@ -26,8 +26,8 @@ A keeper is an authenticated Arrow Flight endpoint (the context's secret):
   instead of a ``do_get``. Files a receiver wrote but never handed over (it died in
   between) are swept after ``SPOOL_ORPHAN_S``;
 * ``RemoveBlocks`` drops blocks whose batch completed (sent by the driver to
-  every copy), and their spool files; ``ReleaseKeeper`` drops everything and ends the process (the
-  context stopped); ``DescribeKeeper`` says what it holds.
+  every copy), and their spool files; ``ReleaseKeeper`` drops everything and ends
+  the process (the context stopped); ``DescribeKeeper`` says what it holds.
 
 It ends by itself when the process it watches (its executor's JVM) is gone:
 blocks live as long as their executor, as Spark's do.
