@@ -40,6 +40,7 @@ __all__ = [
     "SPOOL_ORPHAN_S",
     "SPOOL_PREFIX",
     "SPOOL_SUFFIX",
+    "close_quietly",
     "make_spool",
     "read_spooled",
     "spool_alive",
