@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -54,8 +53,10 @@ from spark_receivers.receiver.block_spool import (
     ALIVE_FILE,
     SPOOL_ORPHAN_S,
     SPOOL_SUFFIX,
+    NotOurFileError,
     close_quietly,
     make_spool,
+    map_spool_file,
     sweep_dead_spools,
 )
 from spark_receivers.receiver.block_store import BlockStore
@@ -239,12 +240,10 @@ class BlockKeeper:
             raise StateError(msg)
         path = os.path.join(self.spool_dir, name)
         try:
-            st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():  # lstat: no link
-                msg = f"AdoptBlock of {message.block_id}: {name} is not a regular file of ours"
-                raise RpcError(msg)
-            with pa.memory_map(path) as source:
-                table = pa.ipc.open_file(source).read_all()
+            table = map_spool_file(path)
+        except NotOurFileError as e:
+            msg = f"AdoptBlock of {message.block_id}: {e}"
+            raise RpcError(msg) from None
         except (OSError, pa.ArrowInvalid) as e:
             msg = f"AdoptBlock of {message.block_id}: could not map {name}: {e}"
             raise RpcError(msg) from None

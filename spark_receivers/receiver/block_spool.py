@@ -40,8 +40,10 @@ __all__ = [
     "SPOOL_ORPHAN_S",
     "SPOOL_PREFIX",
     "SPOOL_SUFFIX",
+    "NotOurFileError",
     "close_quietly",
     "make_spool",
+    "map_spool_file",
     "read_spooled",
     "spool_alive",
     "spool_file_name",
@@ -57,6 +59,26 @@ ALIVE_FILE = ".alive"
 DEAD_SPOOL_MIN_AGE_S = 60.0
 """A spool without a live keeper is removed only when at least this old: a keeper that is
 starting makes its directory, then takes the lock a moment later."""
+
+
+class NotOurFileError(OSError):
+    """A spool path that is not a regular file of this user (a link, a directory...)."""
+
+
+def map_spool_file(path: str) -> pa.Table:
+    """The table of the Arrow IPC file at ``path``, mapped (no copy).
+
+    The keeper's adopt and the readers' map both come here. Raises
+    :class:`NotOurFileError` when ``path`` is not a regular file of this user (judged from
+    its ``lstat``: a link is refused, not followed), else ``OSError`` or
+    ``pyarrow.ArrowInvalid`` when it cannot be read.
+    """
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        msg = f"{os.path.basename(path)} is not a regular file of ours"
+        raise NotOurFileError(msg)
+    with pa.memory_map(path) as source:
+        return pa.ipc.open_file(source).read_all()
 
 
 def spool_file_name(block_id: str, nonce: str) -> str:
@@ -147,11 +169,7 @@ def read_spooled(path: str, block_id: str, num_records: int) -> pa.Table | None:
     if not spool_alive(os.path.dirname(path)):
         return None
     try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-            return None
-        with pa.memory_map(path) as source:
-            table = pa.ipc.open_file(source).read_all()
+        table = map_spool_file(path)
     except (OSError, pa.ArrowInvalid) as e:
         log.debug("block %s: its spool file %s could not be read here (%s)", block_id, path, e)
         return None
