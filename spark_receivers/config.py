@@ -118,6 +118,12 @@ class StreamingConfig(DeploymentKeys):
         "spark.streaming.receiver.writeAheadLog.closeFileAfterWrite",
         "One object per record in the receiver WAL (needed on S3 and other object stores).",
     )
+    receiver_wal_direct_io: bool = key(
+        True,
+        "spark.receivers.receiver.writeAheadLog.directIO",
+        "Write the receiver WAL on a local disk with O_DIRECT, each block padded to 4 KiB: "
+        "no page-cache copy (a filesystem without direct I/O is written buffered).",
+    )
     driver_wal_rolling_interval_s: float = key(
         60.0,
         "spark.streaming.driver.writeAheadLog.rollingIntervalSecs",

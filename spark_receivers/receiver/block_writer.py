@@ -188,6 +188,7 @@ class WriteAheadLogBasedBlockHandler:
                 fsync=config.receiver_wal_fsync,
                 clock=self._clock,
                 fsync_hook=fault_plan.wal_fsync_hook(config, stream_id),
+                direct_io=config.receiver_wal_direct_io,
             )
         self.wal = wal
         # Two workers: the store put and the WAL write of one block run side by side.

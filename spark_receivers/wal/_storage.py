@@ -6,7 +6,14 @@ does not care where it writes:
 
 * :class:`LocalStorage` uses ``os.open``/``os.write``/``os.fsync`` because
   pyarrow's output streams cannot fsync. New files and new directories are made
-  durable by syncing their parent directory.
+  durable by syncing their parent directory. With ``direct_io`` it opens segments
+  with ``O_DIRECT`` and writes each frame from a reused page-aligned buffer,
+  zero-padded to :data:`DIRECT_IO_ALIGN` (the framing's readers skip the padding):
+  the record goes from that buffer to the disk without a page-cache copy. On this
+  project's VMs a buffered write of a large block cost 0.02-0.2 CPU-seconds per
+  100 MB in the kernel (page-cache pages first touched after the host took them
+  back), the direct write 0.004 (decision 0012). A filesystem that refuses
+  ``O_DIRECT`` (``EINVAL``, e.g. an old tmpfs) gets the buffered write.
 * :class:`ArrowStorage` uses ``pyarrow.fs`` streams; "sync" means ``flush()``
   (and, in close-after-write mode, closing the object: on S3 the object only
   exists once its upload completes on close).
@@ -19,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
+import mmap
 import os
 import posixpath
 from collections.abc import Callable
@@ -28,9 +37,11 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from spark_receivers.wal.framing import CachedSource, RandomAccessSource
+from spark_receivers.wal.framing import DIRECT_IO_ALIGN, CachedSource, RandomAccessSource
 
 _log = logging.getLogger(__name__)
+
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 FsyncHook = Callable[[int], None]
 
@@ -92,13 +103,46 @@ class Storage(Protocol):
         ...
 
 
+class _AlignedFrames:
+    """A page-aligned buffer, reused for every frame of a log's direct writes.
+
+    Reused rather than allocated per frame: freshly mapped pages cost a fault each on
+    first touch, which is the kernel time direct writes are there to avoid. Grows to
+    the largest frame written so far.
+    """
+
+    def __init__(self) -> None:
+        self._map: mmap.mmap | None = None
+
+    def frame(self, header: bytes, payload: bytes | memoryview) -> memoryview:
+        """Copy header and payload in, zero the padding; return the padded frame."""
+        size = len(header) + len(payload)
+        padded = -(-size // DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN
+        if self._map is None or len(self._map) < padded:
+            # The old map is dropped, not closed: a view of it may still be alive.
+            self._map = mmap.mmap(-1, padded)
+        view = memoryview(self._map)
+        view[: len(header)] = header
+        view[len(header) : size] = payload
+        view[size:padded] = bytes(padded - size)
+        return view[:padded]
+
+
 class _LocalWriter:
-    def __init__(self, path: str, fd: int, sync: bool, fsync: FsyncHook) -> None:
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        sync: bool,
+        fsync: FsyncHook,
+        frames: _AlignedFrames | None = None,
+    ) -> None:
         self.path = path
         self.size = 0
         self._fd: int | None = fd
         self._sync = sync
         self._fsync = fsync
+        self._frames = frames
 
     def append(self, header: bytes, payload: bytes | memoryview) -> int:
         fd = self._fd
@@ -107,8 +151,12 @@ class _LocalWriter:
             raise OSError(errno.EBADF, msg)
         offset = self.size
         try:
-            _write_all(fd, header)
-            _write_all(fd, payload)
+            if self._frames is not None:
+                end = self._write_aligned(fd, self._frames.frame(header, payload), offset)
+            else:
+                _write_all(fd, header)
+                _write_all(fd, payload)
+                end = offset + len(header) + len(payload)
             if self._sync:
                 self._fsync(fd)
         except BaseException:
@@ -119,8 +167,23 @@ class _LocalWriter:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, offset)
             raise
-        self.size = offset + len(header) + len(payload)
+        self.size = end
         return offset
+
+    def _write_aligned(self, fd: int, frame: memoryview, offset: int) -> int:
+        try:
+            written = os.pwrite(fd, frame, offset)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            # The filesystem opened the file with O_DIRECT but refuses the write (some
+            # FUSE and network filesystems): the same padded frame, through the cache.
+            _log.info("WAL segment %s: direct write refused (%s); writing buffered", self.path, e)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
+            written = os.pwrite(fd, frame, offset)
+        while written < len(frame):
+            written += os.pwrite(fd, frame[written:], offset + written)
+        return offset + len(frame)
 
     def finish(self) -> None:
         fd, self._fd = self._fd, None
@@ -144,12 +207,21 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 class LocalStorage:
-    """Segments in a local directory, written with ``os`` calls so they can be fsynced."""
+    """Segments in a local directory, written with ``os`` calls so they can be fsynced.
 
-    def __init__(self, root: str, fsync_hook: FsyncHook | None = None) -> None:
+    ``direct_io`` asks for ``O_DIRECT`` segments (module doc); where the platform or
+    the filesystem has none, segments are written buffered.
+    """
+
+    def __init__(
+        self, root: str, fsync_hook: FsyncHook | None = None, *, direct_io: bool = False
+    ) -> None:
         self.root = os.path.abspath(root)
         self._fsync = fsync_hook if fsync_hook is not None else _default_fsync
         self._dir_ready = False
+        self.direct_io = bool(direct_io and _O_DIRECT)
+        """Whether new segments are opened with ``O_DIRECT`` (False once refused)."""
+        self._frames = _AlignedFrames() if self.direct_io else None
 
     def join(self, name: str) -> str:
         """Return the absolute path of ``name`` in the log directory."""
@@ -192,7 +264,9 @@ class LocalStorage:
         """Create ``path`` with ``O_EXCL``; sync the directory so the name survives."""
         self._ensure_dir(sync)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags, 0o644)
+        fd = self._open_direct(path, flags) if self.direct_io else None
+        if fd is None:
+            fd = os.open(path, flags, 0o644)
         if sync:
             try:
                 self._sync_dir(self.root)
@@ -201,7 +275,21 @@ class LocalStorage:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
                 raise
-        return _LocalWriter(path, fd, sync, self._fsync)
+        return _LocalWriter(path, fd, sync, self._fsync, self._frames if self.direct_io else None)
+
+    def _open_direct(self, path: str, flags: int) -> int | None:
+        """Create ``path`` with ``O_DIRECT``; None (and buffered from now on) if refused."""
+        try:
+            return os.open(path, flags | _O_DIRECT, 0o644)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+        # EINVAL: the filesystem has no direct I/O. Did the refused open leave the file?
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        _log.info("WAL directory %s: no O_DIRECT on this filesystem; writing buffered", self.root)
+        self.direct_io = False
+        return None
 
     def open_source(
         self, path: str, window: int = 1 << 20

@@ -98,6 +98,9 @@ class FileBasedWriteAheadLog(WriteAheadLog):
     segment is created (``fsync_hook(fd)`` replaces the sync call, to inject
     faults in tests). Other filesystems cannot fsync: the stream is flushed, and
     with ``close_file_after_write`` the object is closed (committed) per write.
+    ``direct_io=True`` writes local segments with ``O_DIRECT``, each frame padded to
+    a disk block (for large records: the receiver's blocks; a filesystem without it
+    is written buffered; :mod:`spark_receivers.wal.framing` on the padding).
 
     Handles: ``RecordHandle(path, offset of the frame header, payload length)``.
     ``read`` only accepts handles inside ``log_dir``.
@@ -124,6 +127,7 @@ class FileBasedWriteAheadLog(WriteAheadLog):
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         recovery_threads: int = 8,
         slow_write_warn_ms: int = 1000,
+        direct_io: bool = False,
     ) -> None:
         if not rolling_interval_s > 0:
             msg = f"rolling_interval_s must be > 0, got {rolling_interval_s!r}"
@@ -137,7 +141,7 @@ class FileBasedWriteAheadLog(WriteAheadLog):
         if recovery_threads < 1:
             msg = f"recovery_threads must be >= 1, got {recovery_threads!r}"
             raise WriteAheadLogError(msg)
-        self._storage = _make_storage(log_dir, filesystem, fsync_hook)
+        self._storage = _make_storage(log_dir, filesystem, fsync_hook, direct_io)
         self._log_dir = log_dir
         self._rolling_ms = max(1, round(rolling_interval_s * 1000))
         self._max_failures = max_failures
@@ -424,7 +428,10 @@ class FileBasedWriteAheadLog(WriteAheadLog):
 
 
 def _make_storage(
-    log_dir: str, filesystem: pafs.FileSystem | None, fsync_hook: Callable[[int], None] | None
+    log_dir: str,
+    filesystem: pafs.FileSystem | None,
+    fsync_hook: Callable[[int], None] | None,
+    direct_io: bool = False,
 ) -> Storage:
     if not log_dir:
         msg = "log_dir must be a non-empty path or URI"
@@ -434,7 +441,7 @@ def _make_storage(
     else:
         path = log_dir
     if isinstance(filesystem, pafs.LocalFileSystem):
-        return LocalStorage(path, fsync_hook)
+        return LocalStorage(path, fsync_hook, direct_io=direct_io)
     return ArrowStorage(filesystem, path)
 
 

@@ -8,6 +8,14 @@ A segment file is a plain concatenation of frames, with no file header::
     8       4     CRC-32 of bytes 0..7 (the two fields above), unsigned big-endian
     12      n     payload
 
+A frame written with direct I/O (``O_DIRECT``: the receiver WAL on a local disk) is
+followed by zero bytes up to the next multiple of :data:`DIRECT_IO_ALIGN`, so that every
+write starts and ends on a disk block. A reader that meets a run of zeros from a frame's
+end to the next such boundary skips it: an all-zero header is never valid (its checksum
+field would have to be ``crc32`` of eight zero bytes, which is not zero), so the padding
+cannot be mistaken for a record. Zeros that do not reach a boundary are what they were
+before: a torn tail or corruption, by the rule below.
+
 The checksum is ``zlib.crc32`` (CRC-32/ISO-HDLC). CRC-32C would be faster in
 hardware, but neither the standard library nor pyarrow exposes it to Python and
 we add no dependency for it; ``zlib.crc32`` is C code and runs at >1 GB/s.
@@ -45,6 +53,7 @@ from spark_receivers.errors import CorruptRecordError, WriteAheadLogError
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
+    "DIRECT_IO_ALIGN",
     "HEADER_SIZE",
     "BytesSource",
     "CachedSource",
@@ -57,6 +66,8 @@ __all__ = [
 ]
 
 HEADER_SIZE = 12
+DIRECT_IO_ALIGN = 4096
+"""Direct-I/O frames are zero-padded to a multiple of this (the largest common disk block)."""
 DEFAULT_MAX_RECORD_BYTES = 256 * 1024 * 1024
 _MAX_LENGTH_FIELD = 0xFFFFFFFF
 _HEADER = struct.Struct(">III")
@@ -203,6 +214,10 @@ class FrameDecoder:
         size = self._source.size
         pos = self._start
         while pos < size:
+            boundary = self._padding_end(pos)
+            if boundary is not None:
+                pos = boundary  # valid_end stays at the frame's end: padding is no record
+                continue
             if size - pos < HEADER_SIZE:
                 self._cut(pos, f"incomplete header ({size - pos} of {HEADER_SIZE} bytes)")
                 return
@@ -246,9 +261,27 @@ class FrameDecoder:
             pos = end
             self.valid_end = pos
 
+    def _padding_end(self, pos: int) -> int | None:
+        """Where a direct write's padding starting at ``pos`` ends, or None if none does.
+
+        Padding is zeros from an unaligned ``pos`` all the way to the next
+        :data:`DIRECT_IO_ALIGN` boundary, inside the file.
+        """
+        boundary = -(-pos // DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN
+        if boundary == pos or boundary > self._source.size:
+            return None
+        # The first bytes decide for every file without padding (one cached read).
+        first = min(HEADER_SIZE, boundary - pos)
+        if self._source.read_at(pos, first).strip(b"\0"):
+            return None
+        rest = boundary - pos - first
+        if rest and self._source.read_at(pos + first, rest).strip(b"\0"):
+            return None
+        return boundary
+
     def _cut(self, pos: int, reason: str) -> None:
-        self.valid_end = pos
-        self.torn_reason = reason
+        # valid_end stays at the last frame's end: ``pos`` is past it only by padding.
+        self.torn_reason = reason if pos == self.valid_end else f"{reason} (at offset {pos})"
 
     def _find_valid_frame(self, start: int) -> int | None:
         """Return the offset of the first fully valid frame at or after ``start``."""
@@ -276,8 +309,9 @@ def decode_bytes(
 ) -> tuple[list[bytes], int]:
     """Decode every frame of an in-memory segment.
 
-    Returns ``(payloads, valid_end)``; ``valid_end < len(data)`` means a torn tail
-    was cut. Raises :class:`CorruptRecordError` on mid-file corruption.
+    Returns ``(payloads, valid_end)``: ``valid_end`` is the end of the last valid frame
+    (before any direct-I/O padding after it; bytes after it that are not such padding
+    were a torn tail, cut). Raises :class:`CorruptRecordError` on mid-file corruption.
     """
     decoder = FrameDecoder(BytesSource(data), path, max_record_bytes=max_record_bytes)
     payloads = [payload for _, payload in decoder]

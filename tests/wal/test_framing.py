@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from spark_receivers.errors import CorruptRecordError
 from spark_receivers.wal.framing import (
+    DIRECT_IO_ALIGN,
     HEADER_SIZE,
     BytesSource,
     CachedSource,
@@ -189,3 +190,54 @@ def test_read_frame_at_rejects_length_mismatch_and_bad_crc() -> None:
     damaged[offsets[1] + HEADER_SIZE] ^= 1
     with pytest.raises(CorruptRecordError, match="f at offset 17: bad payload checksum"):
         read_frame_at(BytesSource(bytes(damaged)), "f", offsets[1], 4)
+
+
+def padded(records: list[bytes]) -> bytes:
+    """Frames as a direct-I/O writer lays them out: each zero-padded to a disk block."""
+    out = b""
+    for record in records:
+        frame = encode_frame(record)
+        out += frame + bytes(-len(frame) % DIRECT_IO_ALIGN)
+    return out
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=9000), min_size=1, max_size=5))
+def test_direct_io_padding_is_skipped(records: list[bytes]) -> None:
+    data = padded(records)
+    assert len(data) % DIRECT_IO_ALIGN == 0
+    decoder = FrameDecoder(BytesSource(data), "seg")
+    assert [payload for _, payload in decoder] == records
+    assert not decoder.torn
+    last = encode_frame(records[-1])
+    assert decoder.valid_end == len(data) - len(bytes(-len(last) % DIRECT_IO_ALIGN))
+
+
+def test_a_frame_filling_its_block_exactly_has_no_padding() -> None:
+    record = b"y" * (DIRECT_IO_ALIGN - HEADER_SIZE)
+    data = padded([record, b"next"])
+    assert data[DIRECT_IO_ALIGN : DIRECT_IO_ALIGN + HEADER_SIZE] == encode_frame(b"next")[:12]
+    assert decode_bytes(data) == ([record, b"next"], DIRECT_IO_ALIGN + HEADER_SIZE + 4)
+
+
+def test_zeros_that_stop_short_of_a_block_are_still_a_torn_tail() -> None:
+    data, _ = frames([b"one", b"two"])
+    decoder = FrameDecoder(BytesSource(data + bytes(100)), "seg")
+    assert [payload for _, payload in decoder] == [b"one", b"two"]
+    assert decoder.torn
+    assert decoder.valid_end == len(data)
+
+
+def test_zeros_at_a_block_start_are_a_torn_tail_not_padding() -> None:
+    data = padded([b"one"]) + bytes(DIRECT_IO_ALIGN)  # a whole zero block: lost, not padding
+    decoder = FrameDecoder(BytesSource(data), "seg")
+    assert [payload for _, payload in decoder] == [b"one"]
+    assert decoder.torn
+    assert decoder.valid_end == HEADER_SIZE + 3
+
+
+def test_a_non_zero_byte_in_the_padding_is_damage() -> None:
+    data = bytearray(padded([b"one", b"two"]))
+    data[100] = 1  # inside the first frame's padding, a valid frame follows
+    with pytest.raises(CorruptRecordError, match="offset 15"):
+        decode_bytes(bytes(data))
