@@ -385,6 +385,9 @@ class KeeperSink:
             client.close()
 
 
+_SPOOL_WRITE_BUFFER = 1 << 20
+
+
 def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
     """Write block ``name`` as an Arrow IPC file (uncompressed) into a keeper's spool.
 
@@ -395,7 +398,13 @@ def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
     path = Path(spool_dir) / spool_file_name(name, secrets.token_hex(6))
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     try:
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        # Buffered: unbuffered, the IPC writer made a write and a seek per Arrow buffer
+        # (~300 syscalls for a block of 60,000 lines in 25 chunks).
+        with (
+            pa.OSFile(str(path), "wb") as raw,
+            pa.BufferedOutputStream(raw, _SPOOL_WRITE_BUFFER) as sink,
+            pa.ipc.new_file(sink, table.schema) as writer,
+        ):
             writer.write_table(table)
     except BaseException:
         path.unlink(missing_ok=True)
