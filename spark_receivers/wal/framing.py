@@ -10,11 +10,13 @@ A segment file is a plain concatenation of frames, with no file header::
 
 A frame written with direct I/O (``O_DIRECT``: the receiver WAL on a local disk) is
 followed by zero bytes up to the next multiple of :data:`DIRECT_IO_ALIGN`, so that every
-write starts and ends on a disk block. A reader that meets a run of zeros from a frame's
-end to the next such boundary skips it: an all-zero header is never valid (its checksum
-field would have to be ``crc32`` of eight zero bytes, which is not zero), so the padding
-cannot be mistaken for a record. Zeros that do not reach a boundary are what they were
-before: a torn tail or corruption, by the rule below.
+write starts and ends on a disk block. Where no valid header starts at a frame's end and
+the bytes from there to the next such boundary are all zero, a reader skips them: an
+all-zero header is never valid (its checksum field would have to be ``crc32`` of eight
+zero bytes, which is not zero), so padding cannot be mistaken for a record, and a valid
+header is always read as one even when it begins with zeros a few bytes before a boundary
+(a small length). Zeros that do not reach a boundary are what they were before: a torn
+tail or corruption, by the rule below.
 
 The checksum is ``zlib.crc32`` (CRC-32/ISO-HDLC). CRC-32C would be faster in
 hardware, but neither the standard library nor pyarrow exposes it to Python and
@@ -214,16 +216,21 @@ class FrameDecoder:
         size = self._source.size
         pos = self._start
         while pos < size:
-            boundary = self._padding_end(pos)
-            if boundary is not None:
-                pos = boundary  # valid_end stays at the frame's end: padding is no record
-                continue
+            # Padding is only ever where no valid header is: a header may begin with zeros.
             if size - pos < HEADER_SIZE:
+                boundary = self._padding_end(pos)
+                if boundary is not None:
+                    pos = boundary  # valid_end stays at the frame's end: padding is no record
+                    continue
                 self._cut(pos, f"incomplete header ({size - pos} of {HEADER_SIZE} bytes)")
                 return
             header = self._source.read_at(pos, HEADER_SIZE)
             length, payload_crc, header_crc = _HEADER.unpack(header)
             if _crc(header[:8]) != header_crc:
+                boundary = self._padding_end(pos)
+                if boundary is not None:
+                    pos = boundary
+                    continue
                 follower = self._find_valid_frame(pos + 1)
                 if follower is None:
                     self._cut(pos, "header checksum mismatch and no valid frame after it")
@@ -265,19 +272,13 @@ class FrameDecoder:
         """Where a direct write's padding starting at ``pos`` ends, or None if none does.
 
         Padding is zeros from an unaligned ``pos`` all the way to the next
-        :data:`DIRECT_IO_ALIGN` boundary, inside the file.
+        :data:`DIRECT_IO_ALIGN` boundary, inside the file. Asked only where no valid
+        header starts at ``pos``: a real header near a boundary may start with zeros.
         """
         boundary = -(-pos // DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN
         if boundary == pos or boundary > self._source.size:
             return None
-        # The first bytes decide for every file without padding (one cached read).
-        first = min(HEADER_SIZE, boundary - pos)
-        if self._source.read_at(pos, first).strip(b"\0"):
-            return None
-        rest = boundary - pos - first
-        if rest and self._source.read_at(pos + first, rest).strip(b"\0"):
-            return None
-        return boundary
+        return None if self._source.read_at(pos, boundary - pos).strip(b"\0") else boundary
 
     def _cut(self, pos: int, reason: str) -> None:
         # valid_end stays at the last frame's end: ``pos`` is past it only by padding.

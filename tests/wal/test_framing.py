@@ -241,3 +241,21 @@ def test_a_non_zero_byte_in_the_padding_is_damage() -> None:
     data[100] = 1  # inside the first frame's padding, a valid frame follows
     with pytest.raises(CorruptRecordError, match="offset 15"):
         decode_bytes(bytes(data))
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=300), min_size=30, max_size=120))
+def test_unpadded_frames_across_block_boundaries_round_trip(records: list[bytes]) -> None:
+    # Headers that begin a few bytes before a 4 KiB boundary start with zero bytes (a
+    # small length): they must read as frames, not as direct-I/O padding.
+    data, _ = frames(records)
+    assert decode_bytes(data) == (records, len(data))
+
+
+def test_a_header_straddling_a_block_boundary_is_a_frame_not_padding() -> None:
+    for before in range(1, HEADER_SIZE + 1):
+        first = b"a" * (DIRECT_IO_ALIGN - before - HEADER_SIZE)
+        data, offsets = frames([first, b"b" * 170, b"c"])
+        assert offsets[1] == DIRECT_IO_ALIGN - before
+        assert data[offsets[1] : offsets[1] + 2] == b"\0\0"  # the length's high bytes
+        assert decode_bytes(data) == ([first, b"b" * 170, b"c"], len(data))
