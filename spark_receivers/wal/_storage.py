@@ -12,7 +12,7 @@ does not care where it writes:
   the record goes from that buffer to the disk without a page-cache copy. On this
   project's VMs a buffered write of a large block cost 0.02-0.2 CPU-seconds per
   100 MB in the kernel (page-cache pages first touched after the host took them
-  back), the direct write 0.004 (decision 0021). A filesystem that refuses
+  back), the direct write 0.004-0.011 (decision 0021). A filesystem that refuses
   ``O_DIRECT`` (``EINVAL``, e.g. an old tmpfs) gets the buffered write.
 * :class:`ArrowStorage` uses ``pyarrow.fs`` streams; "sync" means ``flush()``
   (and, in close-after-write mode, closing the object: on S3 the object only
