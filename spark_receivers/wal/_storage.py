@@ -223,9 +223,7 @@ class LocalStorage:
         self.root = os.path.abspath(root)
         self._fsync = fsync_hook if fsync_hook is not None else _default_fsync
         self._dir_ready = False
-        self.direct_io = bool(direct_io and _O_DIRECT)
-        """Whether new segments are opened with ``O_DIRECT`` (False once refused)."""
-        self._frames = _AlignedFrames() if self.direct_io else None
+        self._frames = _AlignedFrames() if direct_io and _O_DIRECT else None
 
     def join(self, name: str) -> str:
         """Return the absolute path of ``name`` in the log directory."""
@@ -279,7 +277,12 @@ class LocalStorage:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
                 raise
-        return _LocalWriter(path, fd, sync, self._fsync, self._frames if self.direct_io else None)
+        return _LocalWriter(path, fd, sync, self._fsync, self._frames)
+
+    @property
+    def direct_io(self) -> bool:
+        """Whether new segments are opened with ``O_DIRECT`` (False once refused)."""
+        return self._frames is not None
 
     def _open_direct(self, path: str, flags: int) -> int | None:
         """Create ``path`` with ``O_DIRECT``; None (and buffered from now on) if refused."""
@@ -292,7 +295,7 @@ class LocalStorage:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         _log.info("WAL directory %s: no O_DIRECT on this filesystem; writing buffered", self.root)
-        self.direct_io = False
+        self._frames = None
         return None
 
     def open_source(
