@@ -31,6 +31,7 @@ import pyarrow as pa
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.spark.cluster import is_local_master
+from spark_receivers.spark.worker_heap import freeze_in_task
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -134,6 +135,7 @@ class BlockRead:
 
     def __call__(self, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Read the runs named by the task's ids, block after block."""
+        freeze_in_task()  # the worker's imports, out of PySpark's collection after each task
         arrow_schema = arrow_schema_of(self._schema)
         for batch in ids:
             for index in batch.column(0).to_pylist():

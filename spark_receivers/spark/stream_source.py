@@ -182,8 +182,10 @@ class ReceiverStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch each block of the partition and yield its slice."""
         from spark_receivers.spark.block_fetch import fetch_block
+        from spark_receivers.spark.worker_heap import freeze_in_task
 
         assert isinstance(partition, SlicePartition)
+        freeze_in_task()  # the worker's imports, out of PySpark's collection after each task
         for info, first, rows in partition.slices:
             table = fetch_block(
                 m.ReceivedBlockInfo.from_dict(info),

@@ -12,6 +12,9 @@ once, about 1 s).
 With ``spark.python.daemon.module=spark_receivers.spark.worker_daemon`` (the command line
 sets it for the sessions it starts; docs/deploy.md) the daemon imports them once and every
 worker starts with them already loaded, its pages shared copy-on-write with the daemon.
+What the imports made is then frozen out of the cyclic collector
+(:func:`spark_receivers.spark.worker_heap.freeze_heap`), so the full collection PySpark
+runs after each task of a reused worker does not walk it.
 
 Why PySpark's own daemon imports nothing heavy: a fork copies only the thread that calls
 it, so a library that started threads at import would leave each worker with locks held by
@@ -157,6 +160,9 @@ def main() -> None:
         os.execv(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]])
     from pyspark import daemon
 
+    from spark_receivers.spark.worker_heap import freeze_heap
+
+    freeze_heap()
     daemon.manager()
 
 

@@ -7,6 +7,7 @@ and that the daemon hands over to PySpark's plain one when a fork would not be s
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 import os
 import struct
@@ -129,15 +130,22 @@ def test_the_sessions_workers_are_forked_by_it_with_the_modules_loaded(spark):
         # What the daemon imported is in the worker before its task imports anything; the
         # task's own imports (this function's module, pyarrow) are in both cases.
         loaded = [m for m in worker_daemon.PRELOADED if m in sys_.modules]
+        # ... and frozen out of the collector that PySpark runs after each task.
+        walked = {id(o) for o in gc.get_objects()}
+        frozen = [m for m in worker_daemon.PRELOADED if id(vars(sys_.modules[m])) not in walked]
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pylist([{"parent": parent, "loaded": ",".join(loaded)}])
+        yield pa.RecordBatch.from_pylist(
+            [{"parent": parent, "loaded": ",".join(loaded), "frozen": ",".join(frozen)}]
+        )
 
-    rows = spark.range(0, 2, 1, 2).mapInArrow(probe, "parent string, loaded string").collect()
+    schema = "parent string, loaded string, frozen string"
+    rows = spark.range(0, 2, 1, 2).mapInArrow(probe, schema).collect()
     assert len(rows) == 2
     for row in rows:
         assert DAEMON in row["parent"], row
         assert row["loaded"].split(",") == list(worker_daemon.PRELOADED), row
+        assert row["frozen"] == row["loaded"], row
 
 
 @pytest.mark.spark
