@@ -13,7 +13,8 @@ does not care where it writes:
   project's VMs a buffered write of a large block cost 0.02-0.2 CPU-seconds per
   100 MB in the kernel (page-cache pages first touched after the host took them
   back), the direct write 0.004-0.011 (decision 0021). A filesystem that refuses
-  ``O_DIRECT`` (``EINVAL``, e.g. an old tmpfs) gets the buffered write.
+  ``O_DIRECT`` (``EINVAL``, e.g. an old tmpfs) at open, or at a segment's first
+  write, gets the buffered write from then on.
 * :class:`ArrowStorage` uses ``pyarrow.fs`` streams; "sync" means ``flush()``
   (and, in close-after-write mode, closing the object: on S3 the object only
   exists once its upload completes on close).
@@ -140,6 +141,7 @@ class _LocalWriter:
         sync: bool,
         fsync: FsyncHook,
         frames: _AlignedFrames | None = None,
+        on_refused: Callable[[str, OSError], None] | None = None,
     ) -> None:
         self.path = path
         self.size = 0
@@ -147,6 +149,7 @@ class _LocalWriter:
         self._sync = sync
         self._fsync = fsync
         self._frames = frames
+        self._on_refused = on_refused
 
     def append(self, header: bytes, payload: bytes | memoryview) -> int:
         fd = self._fd
@@ -182,7 +185,8 @@ class _LocalWriter:
                 raise
             # The filesystem opened the file with O_DIRECT but refuses the write (some
             # FUSE and network filesystems): the same padded frame, through the cache.
-            _log.info("WAL segment %s: direct write refused (%s); writing buffered", self.path, e)
+            if self._on_refused is not None:
+                self._on_refused(self.path, e)
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
             written = os.pwrite(fd, frame, offset)
         while written < len(frame):
@@ -277,12 +281,23 @@ class LocalStorage:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
                 raise
-        return _LocalWriter(path, fd, sync, self._fsync, self._frames)
+        return _LocalWriter(path, fd, sync, self._fsync, self._frames, self._direct_write_refused)
 
     @property
     def direct_io(self) -> bool:
         """Whether new segments are opened with ``O_DIRECT`` (False once refused)."""
         return self._frames is not None
+
+    def _direct_write_refused(self, path: str, error: OSError) -> None:
+        """A segment's direct write was refused: it and every later one go buffered."""
+        if self._frames is not None:  # once, though open writers may each report it
+            _log.info(
+                "WAL segment %s: direct write refused (%s); writing this and later segments"
+                " buffered",
+                path,
+                error,
+            )
+        self._frames = None
 
     def _open_direct(self, path: str, flags: int) -> int | None:
         """Create ``path`` with ``O_DIRECT``; None (and buffered from now on) if refused."""

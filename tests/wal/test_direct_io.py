@@ -166,6 +166,41 @@ def test_a_refused_direct_write_is_written_through_the_cache(
     assert list(FileBasedWriteAheadLog(log_dir).read_all()) == [b"one", b"two"]
 
 
+def test_after_a_refused_direct_write_later_segments_are_opened_buffered(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = str(tmp_path / "wal")
+    os.makedirs(log_dir)
+    if not supports_direct_io(log_dir):
+        pytest.fail(f"{log_dir}: this machine's temporary directory should allow O_DIRECT")
+    real_pwrite, real_open = os.pwrite, os.open
+    refused, direct_opens = [], []
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & O_DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    def open_(path: str, flags: int, *args: Any) -> int:
+        if flags & O_DIRECT:
+            direct_opens.append(path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(storage_module.os, "pwrite", pwrite)
+    monkeypatch.setattr(storage_module.os, "open", open_)
+    with caplog.at_level(logging.INFO, logger=storage_module.__name__):
+        log = FileBasedWriteAheadLog(log_dir, rolling_interval_s=1, direct_io=True)
+        # One record per segment: each time is past the last segment's end.
+        handles = [log.write(item, t) for t, item in ((0, b"one"), (5_000, b"two"), (9_000, b"3"))]
+    assert len(segment_files(log_dir)) == 3
+    assert len(direct_opens) == 1 and refused == [0]  # the first segment only
+    assert caplog.text.count("direct write refused") == 1
+    assert [log.read(h) for h in handles] == [b"one", b"two", b"3"]
+    log.close()
+    assert list(FileBasedWriteAheadLog(log_dir).read_all()) == [b"one", b"two", b"3"]
+
+
 def test_the_receiver_wal_writes_direct_unless_configured_off(tmp_path: Any) -> None:
     checkpoint = str(tmp_path / "ckpt")
     os.makedirs(checkpoint)
