@@ -139,15 +139,14 @@ def test_a_filesystem_without_direct_io_is_written_buffered(
     log.close()
 
 
-def test_a_refused_direct_write_is_written_through_the_cache(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    log_dir = str(tmp_path / "wal")
+def refuse_direct_writes(log_dir: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make ``log_dir`` a filesystem that opens with O_DIRECT but refuses such writes;
+    the offsets of the refused writes are appended to the list returned."""
     os.makedirs(log_dir)
     if not supports_direct_io(log_dir):
         pytest.fail(f"{log_dir}: this machine's temporary directory should allow O_DIRECT")
     real_pwrite = os.pwrite
-    refused = []
+    refused: list[int] = []
 
     def pwrite(fd: int, data: Any, offset: int) -> int:
         if fcntl.fcntl(fd, fcntl.F_GETFL) & O_DIRECT:
@@ -156,6 +155,14 @@ def test_a_refused_direct_write_is_written_through_the_cache(
         return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(storage_module.os, "pwrite", pwrite)
+    return refused
+
+
+def test_a_refused_direct_write_is_written_through_the_cache(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = str(tmp_path / "wal")
+    refused = refuse_direct_writes(log_dir, monkeypatch)
     with caplog.at_level(logging.INFO, logger=storage_module.__name__):
         log = FileBasedWriteAheadLog(log_dir, rolling_interval_s=3600, direct_io=True)
         handles = [log.write(item, 0) for item in (b"one", b"two")]
@@ -170,24 +177,15 @@ def test_after_a_refused_direct_write_later_segments_are_opened_buffered(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     log_dir = str(tmp_path / "wal")
-    os.makedirs(log_dir)
-    if not supports_direct_io(log_dir):
-        pytest.fail(f"{log_dir}: this machine's temporary directory should allow O_DIRECT")
-    real_pwrite, real_open = os.pwrite, os.open
-    refused, direct_opens = [], []
-
-    def pwrite(fd: int, data: Any, offset: int) -> int:
-        if fcntl.fcntl(fd, fcntl.F_GETFL) & O_DIRECT:
-            refused.append(offset)
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return real_pwrite(fd, data, offset)
+    refused = refuse_direct_writes(log_dir, monkeypatch)
+    real_open = os.open
+    direct_opens = []
 
     def open_(path: str, flags: int, *args: Any) -> int:
         if flags & O_DIRECT:
             direct_opens.append(path)
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(storage_module.os, "pwrite", pwrite)
     monkeypatch.setattr(storage_module.os, "open", open_)
     with caplog.at_level(logging.INFO, logger=storage_module.__name__):
         log = FileBasedWriteAheadLog(log_dir, rolling_interval_s=1, direct_io=True)
