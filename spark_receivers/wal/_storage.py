@@ -140,8 +140,8 @@ class _LocalWriter:
         fd: int,
         sync: bool,
         fsync: FsyncHook,
-        frames: _AlignedFrames | None = None,
-        on_refused: Callable[[str, OSError], None] | None = None,
+        frames: _AlignedFrames | None,
+        on_refused: Callable[[str, OSError], None],
     ) -> None:
         self.path = path
         self.size = 0
@@ -185,8 +185,7 @@ class _LocalWriter:
                 raise
             # The filesystem opened the file with O_DIRECT but refuses the write (some
             # FUSE and network filesystems): the same padded frame, through the cache.
-            if self._on_refused is not None:
-                self._on_refused(self.path, e)
+            self._on_refused(self.path, e)
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
             written = os.pwrite(fd, frame, offset)
         while written < len(frame):
