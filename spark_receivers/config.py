@@ -222,9 +222,10 @@ class StreamingConfig(DeploymentKeys):
         "spark.receivers.batch.cache",
         "Keep a batch's rows (uncompressed) on the executors that read them, from the first "
         "action to the end of the batch, so further actions read no block again, when the "
-        "stream's previous batch was read by more than one action (decided per batch; the "
-        "first batch of a stream is cached); false: no batch is cached, every action reads "
-        "the blocks again (decisions 0008, 0011, 0013).",
+        "stream's previous batch was read three times or more (decided per batch; two reads "
+        "of the blocks cost less than building the cache; the first batch of a stream is not "
+        "cached); false: no batch is cached, every action reads the blocks again (decisions "
+        "0008, 0011, 0013, 0023).",
     )
     warm_up_timeout_s: float = key(
         60.0,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from spark_receivers.driver.batches.batch_reader import BatchReader
+from spark_receivers.driver.batches.batch_reader import CACHE_FROM_READS, BatchReader
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA
 from spark_receivers.rpc import messages as m
 from spark_receivers.rpc.auth import new_secret
@@ -76,33 +76,44 @@ def reader(spark, store):
     r.close()
 
 
-def test_a_batch_that_gets_one_action_builds_no_cache(spark, store, reader):
-    # The first batch of a stream is cached (nothing is known yet); from then on the
-    # stream's batches got one action each, so none builds a cache.
+def _actions(df, n: int) -> None:
+    """``n`` actions on a batch: its count, then grouped counts."""
+    assert df.count() == 300
+    for _ in range(n - 1):
+        assert _grouped(df)[0] == ("w0 x0", 1)
+
+
+@pytest.mark.parametrize("actions", [1, 2])
+def test_a_batch_that_gets_one_or_two_actions_builds_no_cache(spark, store, reader, actions):
+    # Two reads of the blocks cost less than a cache built and read (decision 0023): the
+    # first batch of a stream is not cached, nor any after it.
+    assert actions < CACHE_FROM_READS
     for t in (1000, 2000, 3000):
         before = _rdds_with_cached_blocks(spark)
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
-        assert df.count() == 300
+        assert not df.is_cached
+        _actions(df, actions)
         _settle(spark)
-        if t > 1000:
-            assert not df.is_cached
-            assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
-            assert _rdds_with_cached_blocks(spark) - before == set()
+        assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+        assert _rdds_with_cached_blocks(spark) - before == set()
         reader.release(t)
-    assert store.reads == dict.fromkeys(store.blocks, 3)  # one read per batch
+    assert store.reads == dict.fromkeys(store.blocks, 3 * actions)  # one read per action
 
 
-def test_a_batch_that_gets_two_actions_reads_every_block_once(spark, store, reader):
+def test_batches_that_get_three_actions_read_every_block_once_from_the_second(spark, store, reader):
+    assert CACHE_FROM_READS == 3
     expected = [(f"w{i} x{j}", 1) for i in range(3) for j in range(100)]
-    for n, t in enumerate((1000, 2000, 3000), start=1):
+    for n, t in enumerate((1000, 2000, 3000)):
         before = _rdds_with_cached_blocks(spark)
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
         assert df.count() == 300
         assert _grouped(df) == sorted(expected)
+        assert _grouped(df) == sorted(expected)
         _settle(spark)
-        assert store.reads == dict.fromkeys(store.blocks, n)  # the blocks read once a batch
-        assert df.is_cached
-        assert _rdds_with_cached_blocks(spark) - before  # the cache Spark built for it
+        assert df.is_cached == (n > 0)  # nothing known of the first batch: not cached
+        assert store.reads == dict.fromkeys(store.blocks, 3 + n)  # the first read three times
+        if n > 0:
+            assert _rdds_with_cached_blocks(spark) - before  # the cache Spark built for it
         reader.release(t)
 
 
@@ -110,20 +121,18 @@ def test_the_cache_follows_what_the_batches_do(spark, store, reader):
     def batch(t: int, actions: int) -> tuple[bool, int]:
         reads = sum(store.reads.values())
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
-        assert df.count() == 300
-        if actions > 1:
-            assert _grouped(df)[0] == ("w0 x0", 1)
+        _actions(df, actions)
         _settle(spark)
         cached = df.is_cached
         reader.release(t)
         return cached, (sum(store.reads.values()) - reads) // len(store.blocks)
 
-    assert batch(1000, 1) == (True, 1)  # nothing known yet: cached
-    assert batch(2000, 1) == (False, 1)
-    # A second action the previous batches did not have: read twice (the cache was not
-    # built for it), and the batches after it are cached.
-    assert batch(3000, 2) == (False, 2)
-    assert batch(4000, 2) == (True, 1)
+    assert batch(1000, 1) == (False, 1)  # nothing known yet: not cached
+    assert batch(2000, 2) == (False, 2)  # two reads: still no cache
+    # A third action the previous batches did not have: read three times (the cache was
+    # not built for it), and the batches after it are cached.
+    assert batch(3000, 3) == (False, 3)
+    assert batch(4000, 3) == (True, 1)
     assert batch(5000, 1) == (True, 1)
     assert batch(6000, 1) == (False, 1)
 
@@ -157,27 +166,34 @@ def test_a_small_batch_is_read_by_fewer_tasks(spark, store, rows_per_task, tasks
 
 
 def test_a_self_union_counts_as_two_reads(spark, store, reader):
-    for t, self_union, cached in ((1000, False, True), (2000, True, False), (3000, True, True)):
+    # A self-union and a count: three reads of the relation, so the next batch is cached.
+    for t, self_union, cached in ((1000, False, False), (2000, True, False), (3000, True, True)):
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
         assert df.is_cached == cached
-        assert (df.union(df) if self_union else df).count() == (600 if self_union else 300)
+        if self_union:
+            assert df.union(df).count() == 600
+        assert df.count() == 300
         _settle(spark)
         reader.release(t)
-    assert store.reads == dict.fromkeys(store.blocks, 4)  # 1, 2 (not cached), 1
+    assert store.reads == dict.fromkeys(store.blocks, 5)  # 1, 3 (not cached), 1
 
 
 @pytest.mark.parametrize("cache", [True, False])
-def test_a_second_action_reads_no_block_again_with_the_batch_cache(spark, store, cache):
+def test_later_actions_read_no_block_again_with_the_batch_cache(spark, store, cache):
     reader = BatchReader(spark, store.secret, None, 2, cache=cache)
-    df = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
-    assert df.count() == 300
-    assert df.groupBy("value").count().count() == 300
-    assert df.filter(df.value.startswith("w1")).count() == 100
-    expected = 1 if cache else 3  # every action read every block again without the cache
+    for t in (1000, 2000):  # the first batch's three actions decide the second's cache
+        df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
+        assert df.count() == 300
+        assert df.groupBy("value").count().count() == 300
+        assert df.filter(df.value.startswith("w1")).count() == 100
+        _settle(spark)
+        reader.release(t)
+        assert not df.is_cached
+    reader.release(2000)  # twice: nothing left to drop
+    # Every action read every block again without the cache; with it, the second batch
+    # read them once.
+    expected = 3 + (1 if cache else 3)
     assert store.reads == dict.fromkeys(store.blocks, expected)
-    reader.release(1000)
-    assert not df.is_cached
-    reader.release(1000)  # twice: nothing left to drop
     reader.close()
 
 
@@ -189,9 +205,8 @@ def test_release_later_drops_the_batch_caches_off_the_calling_thread(spark, stor
     frames = []
     for t in (1000, 2000):
         df = reader.read(STREAM, t, store.infos())  # type: ignore[arg-type]
-        assert df.is_cached  # the first batch of a stream; the user persists the second
-        if t == 2000:
-            df.persist()
+        assert not df.is_cached  # one action a batch: not cached; the user persists both
+        df.persist()
         assert df.count() == 300
         unpersist = df.unpersist
 
@@ -247,7 +262,13 @@ def test_the_batch_cache_is_uncompressed_and_the_session_setting_stays(spark):
     try:
         spark.conf.set(key, "true")  # the user's explicit choice, for the user's own caches
         reader = BatchReader(spark, s.secret, None, 2, cache=True)
-        df = reader.read(STREAM, 1000, s.infos())  # type: ignore[arg-type]
+        first = reader.read(STREAM, 1000, s.infos())  # type: ignore[arg-type]
+        for _ in range(CACHE_FROM_READS):  # so that the next batch is cached
+            assert first.count() == rows
+        _settle(spark)
+        reader.release(1000)
+        df = reader.read(STREAM, 2000, s.infos())  # type: ignore[arg-type]
+        assert df.is_cached
         assert df.count() == rows
         assert spark.conf.get(key) == "true"
         assert _first_cached_batch_bytes(spark, df) >= 10_000 * len(value)
@@ -255,7 +276,7 @@ def test_the_batch_cache_is_uncompressed_and_the_session_setting_stays(spark):
         assert own.count() == rows
         assert _first_cached_batch_bytes(spark, own) < 10_000  # the session's: compressed
         own.unpersist(blocking=True)
-        reader.release(1000)
+        reader.release(2000)
     finally:
         spark.conf.unset(key)
         s.server.close()

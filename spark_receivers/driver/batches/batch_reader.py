@@ -13,19 +13,22 @@ did not fit in memory is read from its block again, so nothing changes but the s
 the batch ends the rows are dropped (``unpersist``, not waited for), also those of a batch
 DataFrame the user persisted.
 
-**Which batches are cached** (decision 0013): building the cache was a quarter of the JVM's
-CPU in a line count (issue 31's profile), and a batch that gets one action gains nothing
-from it. With
-``batch_cache`` on (the default) a stream's batch is persisted when the stream's last batch
-that was read was read by more than one action (or twice in one action: a self-union), and
-the first batch of a stream (nothing known yet); otherwise it is not, and its one action
-reads the blocks. The reads are counted by a Spark ``QueryExecutionListener`` (through
-py4j's callback server) that finds each batch's relation, by its ``batch_key`` option, in
-every query's plan. The listener's events come a little after the action (the JVM's listener
-bus), so a batch's count is read when the stream's next batch is built. A stream whose
-function gains a second action pays it once (that batch reads its blocks twice; the next
-ones are cached); one that loses it builds one cache more. Where the listener cannot be
-installed (no JVM: Spark Connect) every batch is cached, and it is logged once.
+**Which batches are cached** (decisions 0013 and 0023): building the cache was a quarter of
+the JVM's CPU in a line count (issue 31's profile), and a batch that gets one action gains
+nothing from it; since the blocks are read from the keeper's mapped spool, reading them a
+second time also costs less than building the cache and reading it (decision 0023's
+measurement). With ``batch_cache`` on (the default) a stream's batch is persisted when the
+stream's last batch that was read was read :data:`CACHE_FROM_READS` times or more (three
+actions, or a self-union and an action: each read of the relation counts); otherwise it is
+not, and each action reads the blocks. The first batch of a stream is not cached (nothing is
+known, and one or two actions are the common forms). The reads are counted by a Spark
+``QueryExecutionListener`` (through py4j's callback server) that finds each batch's
+relation, by its alias, in every query's plan. The listener's events come a little after
+the action (the JVM's listener bus), so a batch's count is read when the stream's next batch
+is built. A stream whose function gains a third action pays it once (that batch reads its
+blocks three times; the next ones are cached); one that loses it builds one cache more.
+Where the listener cannot be installed (no JVM: Spark Connect) every batch is cached, and it
+is logged once.
 
 The batch's rows are cached **without compression** (decision 0011): the rows live for one
 batch, and finding a compression for each column of each batch (dictionary and run-length
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "CACHE_FROM_READS",
     "WARM_UP_JOB_GROUP",
     "BatchReader",
     "ConnectCacheSetting",
@@ -87,10 +91,13 @@ __all__ = [
 
 WARM_UP_JOB_GROUP = "spark-receivers-warm-up"
 WARM_UP_ROWS = 50_000
-"""Rows per warm-up block: enough for the JVM to compile the per-row loops of the read, the
-cache and the aggregation (a few thousand rows leave them interpreted, and the first real
-batches then run several times slower)."""
+"""Rows per warm-up block: enough for the JVM to compile the per-row loops of the read (and
+of the cache, where batches are cached) and the aggregation (a few thousand rows leave them
+interpreted, and the first real batches then run several times slower)."""
 WARM_UP_ROUNDS = 2
+CACHE_FROM_READS = 3
+"""Reads of a stream's last batch from which its next batch is cached (decision 0023): at two
+the two reads of the blocks cost less than a cache built and read once."""
 ROWS_PER_READ_TASK = 250_000
 """Rows a batch needs per read task beyond the first (when ``batch.readPartitions`` is left
 to its default): a smaller batch is read by fewer tasks. One task, one partition: a
@@ -288,8 +295,9 @@ class BatchReader:
         """(stream id, batch time) → reads of that batch's relation the listener counted."""
         self._last_read: dict[int, int] = {}
         """Stream id → the time of its last batch read from blocks."""
-        self._multi: dict[int, bool] = {}
-        """Stream id → its batches are cached (its last counted batch was read more than once)."""
+        self._cache_next: dict[int, bool] = {}
+        """Stream id → its batches are cached (its last counted batch was read
+        ``CACHE_FROM_READS`` times or more)."""
         self._connect_setting: bool | None = None
         """Connect: None before the first cached batch; then whether this reader holds the
         session's cache compression off (:class:`ConnectCacheSetting`, released at close)."""
@@ -327,10 +335,10 @@ class BatchReader:
             if last is not None:
                 reads = self._scans.get((stream_id, last))
                 if reads is not None:  # none: no action read it, or its events are late
-                    self._multi[stream_id] = reads > 1
+                    self._cache_next[stream_id] = reads >= CACHE_FROM_READS
                 for done in [k for k in self._scans if k[0] == stream_id and k[1] <= last]:
                     del self._scans[done]
-            return self._multi.get(stream_id, True)
+            return self._cache_next.get(stream_id, False)
 
     def _start_counting(self) -> bool:
         """Register the read counter with the session once; False where it cannot be."""
@@ -536,13 +544,16 @@ class BatchReader:
             **network.endpoint_kwargs(),
         )
         reader: BatchReader | None = None
-        if self._cache:
+        # The path the first batches take: read, not cached, where the actions are counted
+        # (decision 0023); cached where they cannot be (Spark Connect).
+        cache = self._cache and not self._start_counting()
+        if cache:
             # Held by this reader first: the warm-up's reader then only counts on it, and
             # the session's setting is not put back and set again between the two.
             self._hold_connect_setting()
         try:
             reader = BatchReader(
-                self._spark, secret, None, self.read_partitions, self._cache, tls=self._tls
+                self._spark, secret, None, self.read_partitions, cache, tls=self._tls
             )
             self._side.set_job_group(
                 WARM_UP_JOB_GROUP, "spark-receivers: warm up the batch path", True
@@ -553,7 +564,7 @@ class BatchReader:
             ]
             schema = StructType([StructField("value", StringType())])
             for round_ in range(WARM_UP_ROUNDS):
-                df = reader._read_blocks(infos, schema, -1 - round_, self._cache)
+                df = reader._read_blocks(infos, schema, -1 - round_, cache)
                 df.count()
                 # A grouped count over a few distinct string keys, as a word count has.
                 df.selectExpr("substring_index(value, ' ', -1) AS k").groupBy("k").count().collect()
