@@ -48,7 +48,6 @@ class Collected:
 
     def __init__(self) -> None:
         self.batches: dict[int, list[str]] = {}
-        self.redone: list[int] = []
         self.cond = threading.Condition()
 
     def __call__(self, df, batch_time_ms: int) -> None:
@@ -57,7 +56,6 @@ class Collected:
             earlier = self.batches.get(batch_time_ms)
             if earlier is not None:
                 assert Counter(rows) == Counter(earlier), f"batch {batch_time_ms} redone unlike"
-                self.redone.append(batch_time_ms)
             self.batches[batch_time_ms] = rows
             self.cond.notify_all()
 
