@@ -169,6 +169,9 @@ def test_file_generator_and_socket_parameters():
     g = parse_source("generator://?rate=2.5&total=10").receiver
     assert (g.rate, g.total) == (2.5, 10)
     assert parse_source("socket://h:9/?max_record_bytes=64").receiver.max_record_bytes == 64
+    assert parse_source("socket://h:9/?coalesce=20ms").receiver.coalesce_ms == 20
+    assert parse_source("socket://h:9/?coalesce=0").receiver.coalesce_ms == 0
+    assert parse_source("socket://h:9").receiver.coalesce_ms == 50
 
 
 @pytest.mark.parametrize(
@@ -202,6 +205,7 @@ def test_file_generator_and_socket_parameters():
         ("http://127.0.0.1:8080/ingest?token=", "parameter token is empty"),
         ("http://127.0.0.1:8080/ingest?format=xml", "parameter format must be one of lines, json"),
         ("socket://h:1/#frag", "fragment"),
+        ("socket://h:1?coalesce=2s", "parameter coalesce must be at most 1s"),
         ("amqp://u:p@h/", "needs a queue: amqp://user:password@host:port/vhost\\?queue=q"),
         ("amqp://u:p@h/?queue=q&prefetch=0", "parameter prefetch must be an integer >= 1"),
         ("amqp://u:p@h/?queue=q&bogus=1", "unknown parameter"),

@@ -1,7 +1,8 @@
 """``--source`` URIs: one built-in receiver each, checked before Spark starts.
 
 =====================================  ==============================================
-``socket://host:port``                 lines from a TCP server (SocketTextReceiver)
+``socket://host:port``                 lines from a TCP server (SocketTextReceiver);
+                                       ``?coalesce=50ms`` (0: store every read)
 ``http://[host][:port][/path]``        POSTed lines or JSON lines (HttpReceiver);
                                        ``?token=`` (or ``SPARK_RECEIVERS_HTTP_TOKEN``),
                                        ``?format=lines|json``; no host: the executor's
@@ -89,12 +90,17 @@ def _no_userinfo(u: ParsedUri) -> None:
 def _socket(u: ParsedUri, environ: Mapping[str, str]) -> Source:
     from spark_receivers.receivers.socket_text import SocketTextReceiver
 
-    u.check_params(RECORD_PARAMS)
+    u.check_params((*RECORD_PARAMS, "coalesce"))
     _no_userinfo(u)
     host = host_of(u, "socket://host:port")
     if u.port is None:
         u.fail("needs a port: socket://host:port")
     kwargs: dict[str, Any] = record_options(u)
+    coalesce_s = u.duration_s("coalesce", "ms")
+    if coalesce_s is not None:
+        if coalesce_s > 1:
+            u.fail(f"parameter coalesce must be at most 1s (0: no wait), got {coalesce_s:g}s")
+        kwargs["coalesce_ms"] = coalesce_s * 1000
     receiver = SocketTextReceiver(host, u.port, **kwargs)
     return Source(u.display, u.scheme, receiver, None, server=(host, u.port))
 

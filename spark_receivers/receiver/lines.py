@@ -21,13 +21,18 @@ import pyarrow.compute as pc
 __all__ = ["split_lines"]
 
 
-def split_lines(chunk: bytes, max_record_bytes: int) -> pa.Array | None:
+def split_lines(
+    chunk: bytes | memoryview, max_record_bytes: int, has_cr: bool | None = None
+) -> pa.Array | None:
     r"""The lines of ``chunk`` as an Arrow ``string`` array, split and checked in C.
 
     Each line loses its ``\n`` and one trailing ``\r``; ``n`` newlines make ``n + 1``
     lines (a chunk that ends with a newline ends with an empty line: drop it before).
     None when a line is longer than ``max_record_bytes`` (``\r`` counted) or not valid
-    UTF-8: the caller then goes line by line.
+    UTF-8: the caller then goes line by line. ``has_cr``: whether the chunk holds a
+    ``\r`` (None: looked for; a caller holding a ``memoryview`` knows it cheaper). The
+    array holds copies of the lines: it never points into ``chunk``, which the caller
+    may overwrite once this returns.
     """
     lines = pc.split_pattern(_one_value(chunk), b"\n").values
     if len(chunk) > max_record_bytes:
@@ -38,7 +43,9 @@ def split_lines(chunk: bytes, max_record_bytes: int) -> pa.Array | None:
         text = lines.cast(pa.string())  # validates UTF-8
     except pa.ArrowInvalid:
         return None
-    if b"\r" in chunk:
+    if has_cr is None:
+        has_cr = b"\r" in (bytes(chunk) if isinstance(chunk, memoryview) else chunk)
+    if has_cr:
         text = pc.replace_substring_regex(text, "\r$", "", max_replacements=1)
     return text
 
@@ -46,12 +53,12 @@ def split_lines(chunk: bytes, max_record_bytes: int) -> pa.Array | None:
 _INT32_MAX = 2**31 - 1
 
 
-def _one_value(chunk: bytes) -> pa.Array:
+def _one_value(chunk: bytes | memoryview) -> pa.Array:
     """``chunk`` as a binary array of one value over the chunk's own bytes (no copy).
 
     ``pa.array([chunk])`` copied every byte read once more (a fifth of the split's CPU).
     """
     if len(chunk) > _INT32_MAX:  # binary offsets are 32-bit
-        return pa.array([chunk], pa.large_binary())
+        return pa.array([bytes(chunk)], pa.large_binary())
     offsets = pa.py_buffer(struct.pack("=ii", 0, len(chunk)))
     return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(chunk)])

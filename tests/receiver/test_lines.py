@@ -29,3 +29,19 @@ def test_a_line_of_exactly_the_limit_is_kept():
     split = split_lines(b"x" * 10 + b"\n" + b"y" * 3, max_record_bytes=10)
     assert split is not None
     assert split.to_pylist() == ["x" * 10, "yyy"]
+
+
+def test_the_lines_are_copies_the_read_buffer_can_be_overwritten():
+    """The socket receiver splits a view of the buffer its next reads overwrite."""
+    buf = bytearray(b"first\r\nsecond\nthird")
+    view = memoryview(buf)
+    split = split_lines(view[: len(buf)], max_record_bytes=100, has_cr=True)
+    buf[:] = b"X" * len(buf)
+    assert split is not None
+    assert split.to_pylist() == ["first", "second", "third"]
+
+
+def test_a_view_without_has_cr_is_looked_at_for_a_carriage_return():
+    split = split_lines(memoryview(b"a\r\nb"), max_record_bytes=100)
+    assert split is not None
+    assert split.to_pylist() == ["a", "b"]

@@ -81,20 +81,66 @@ def test_bad_lines_are_skipped_counted_and_reported_the_rest_kept(tracker):
     assert any("longer than max_record_bytes=1000" in r for r in reports)
 
 
+@pytest.mark.parametrize("coalesce_ms", [0, 50])
 @pytest.mark.parametrize("read_size", [7, 64, 1001, 4096])
-def test_lines_split_across_reads_come_whole_and_in_order(tracker, read_size):
+def test_lines_split_across_reads_come_whole_and_in_order(tracker, read_size, coalesce_ms):
     """The receiver reads into one reused buffer: lines, bad ones and a too-long one
     straddle reads, and a last line without its newline is kept when the server closes."""
     server = OneShotServer(PAYLOAD + b"no newline at the end")
     try:
         receiver = SocketTextReceiver(
-            "127.0.0.1", server.port, max_record_bytes=1000, read_size=read_size
+            "127.0.0.1",
+            server.port,
+            max_record_bytes=1000,
+            read_size=read_size,
+            coalesce_ms=coalesce_ms,
         )
         values = run(tracker, receiver, len(GOOD_BEFORE) + len(GOOD_AFTER) + 2)
     finally:
         server.close()
     assert values == [*GOOD_BEFORE, "windows line", *GOOD_AFTER, "no newline at the end"]
     assert receiver.bad_records == 2
+
+
+def test_lines_are_stored_when_the_window_ends_though_the_connection_stays_open(tracker):
+    """Coalescing waits for the window, not for more data: a quiet source's lines come."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        held.append(conn)
+        conn.sendall(b"one\ntwo\nunfinished")  # then nothing, and the connection stays
+
+    threading.Thread(target=serve, daemon=True).start()
+    receiver = SocketTextReceiver("127.0.0.1", port, coalesce_ms=200)
+    sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
+    try:
+        sup.start()
+        tracker.wait_for(lambda: tracker.records() >= 2)
+        assert tracker.stored_table(sup).column("value").to_pylist() == ["one", "two"]
+        held[0].sendall(b" line\n")
+        tracker.wait_for(lambda: tracker.records() >= 3)
+        assert tracker.stored_table(sup).column("value").to_pylist()[-1] == "unfinished line"
+    finally:
+        sup.stop("test over")
+        sup.await_termination(15)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_a_line_longer_than_the_read_buffer_grows_it(tracker):
+    """An allowed line may outgrow the 4 MiB buffer (max_record_bytes is larger)."""
+    long_line = b"y" * (5 << 20)
+    server = OneShotServer(b"before\n" + long_line + b"\nafter\n")
+    try:
+        receiver = SocketTextReceiver("127.0.0.1", server.port, max_record_bytes=8 << 20)
+        values = run(tracker, receiver, 3)
+    finally:
+        server.close()
+    assert values == ["before", long_line.decode(), "after"]
 
 
 def test_dead_letter_policy_sets_bad_lines_aside(tracker, tmp_path):
@@ -158,6 +204,10 @@ def test_bad_policy_configuration_fails_clearly():
         SocketTextReceiver("127.0.0.1", 1, bad_record_policy="drop")
     with pytest.raises(ConfigError, match="needs dead_letter_dir"):
         SocketTextReceiver("127.0.0.1", 1, bad_record_policy="dead_letter")
+    with pytest.raises(ConfigError, match="coalesce_ms must be between 0 and 1000"):
+        SocketTextReceiver("127.0.0.1", 1, coalesce_ms=-1)
+    with pytest.raises(ConfigError, match="read_size must be at least 1 byte"):
+        SocketTextReceiver("127.0.0.1", 1, read_size=0)
 
 
 def test_include_timestamp_adds_when_the_lines_were_read(tracker):
