@@ -16,6 +16,7 @@ from spark_receivers.spark.block_source import group_blocks, split_rows
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 700_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+SET = sys.argv[3] if len(sys.argv) > 3 else "split"  # or "chunks"
 spark = local_session("readpath")
 pool = LinePool()
 warm_up(spark, pool, 20.0)
@@ -31,7 +32,7 @@ for i in range(5):
     blocks.append({"block_id": path, "num_records": per})
 
 
-def reader(runs):
+def reader(runs, chunk=None):
     def f(it):
         import pyarrow as pa
 
@@ -41,21 +42,28 @@ def reader(runs):
                     t = pa.ipc.open_file(pa.memory_map(blk["block_id"])).read_all()
                     if first or end is not None:
                         t = t.slice(first, None if end is None else end - first)
-                    yield from t.to_batches()
+                    yield from t.to_batches(max_chunksize=chunk)
 
     return f
 
 
-def mia(runs):
-    return spark.range(0, len(runs), 1, len(runs)).mapInArrow(reader(runs), "value string")
+def mia(runs, chunk=None):
+    return spark.range(0, len(runs), 1, len(runs)).mapInArrow(reader(runs, chunk), "value string")
 
 
-variants = {
-    "whole-2": mia([[(b, 0, None) for b in g] for g in group_blocks(blocks, 2)]),
-    "rows-2": mia(split_rows(blocks, 2)),
-    "rows-3": mia(split_rows(blocks, 3)),
-    "rows-4": mia(split_rows(blocks, 4)),
-}
+if SET == "split":  # the run of 18:47-18:51 (readpath.log)
+    variants = {
+        "whole-2": mia([[(b, 0, None) for b in g] for g in group_blocks(blocks, 2)]),
+        "rows-2": mia(split_rows(blocks, 2)),
+        "rows-3": mia(split_rows(blocks, 3)),
+        "rows-4": mia(split_rows(blocks, 4)),
+    }
+else:  # the run of 19:45-19:48 (readpath-chunks.log)
+    variants = {
+        "rows-2": mia(split_rows(blocks, 2)),
+        "rows-2-10k": mia(split_rows(blocks, 2), 10_000),
+        "rows-2-64k": mia(split_rows(blocks, 2), 65_536),
+    }
 cached = spark.createDataFrame(table).repartition(4).cache()
 cached.count()
 variants["spark-alone"] = cached
