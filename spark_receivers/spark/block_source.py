@@ -68,31 +68,6 @@ def tls_from_options(options: Mapping[str, str]) -> TlsConfig | None:
     )
 
 
-def group_blocks(blocks: list[dict[str, Any]], max_partitions: int) -> list[list[dict[str, Any]]]:
-    """Split ``blocks`` (in order) into at most ``max_partitions`` runs of similar record counts.
-
-    >>> [len(g) for g in group_blocks([{"num_records": 10}] * 5, 2)]
-    [3, 2]
-    """
-    n = max(1, min(len(blocks), max_partitions))
-    total = sum(max(1, b["num_records"]) for b in blocks)
-    groups: list[list[dict[str, Any]]] = [[]]
-    seen = 0
-    for i, block in enumerate(blocks):
-        left = len(blocks) - i
-        # Close the current run once it holds its share, or when each remaining
-        # group needs one of the remaining blocks.
-        if (
-            groups[-1]
-            and len(groups) < n
-            and (seen >= total * len(groups) / n or left <= n - len(groups))
-        ):
-            groups.append([])
-        groups[-1].append(block)
-        seen += max(1, block["num_records"])
-    return groups
-
-
 Piece = tuple[dict[str, Any], int, "int | None"]
 """A block's rows ``[first, end)`` as a read task reads them; ``end`` None: to the block's end."""
 

@@ -10,7 +10,7 @@ count records (docs/decisions/0004). This Python data source reads that log:
   past ``start`` when that option is set (``ReadMaxRows``);
 * ``partitions(start, end)`` asks for the blocks and row slices of ``[start, end)``,
   which are the same on every call, also after a driver restart (the log is
-  rebuilt from the WAL), grouped into at most ``max_partitions`` tasks;
+  rebuilt from the WAL), cut into at most ``max_partitions`` tasks of equal row counts;
 * ``read`` fetches each block from the receiver's block server (authenticated), or
   from the receiver WAL under ``checkpoint_dir`` when that receiver is gone, and
   yields the slice as Arrow record batches;
@@ -43,7 +43,7 @@ from spark_receivers.spark.block_source import (
     SECRET_OPTION,
     arrow_schema_of,
     conform,
-    group_blocks,
+    split_rows,
     tls_from_options,
 )
 
@@ -112,6 +112,26 @@ class _TrackerClient:
         return {**self.__dict__, "_client": None}
 
 
+def slice_runs(slices: list[list[Any]], parts: int) -> list[list[list[Any]]]:
+    """``[block info, first, rows]`` slices in at most ``parts`` runs of equal row counts.
+
+    :func:`~spark_receivers.spark.block_source.split_rows` on the slices (decision 0025): a
+    slice across the end of a run is cut in two. The same slices always give the same runs.
+    """
+    sized = [{"num_records": s[2], "slice": s} for s in slices]
+    return [
+        [
+            [
+                x["slice"][0],
+                x["slice"][1] + first,
+                (x["num_records"] if end is None else end) - first,
+            ]
+            for x, first, end in run
+        ]
+        for run in split_rows(sized, parts)
+    ]
+
+
 class SlicePartition(InputPartition):  # type: ignore[misc]
     """Row slices of consecutive blocks, read by one task: ``[block info, first, rows]``."""
 
@@ -172,9 +192,9 @@ class ReceiverStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         slices = self._tracker.call(m.GetOffsetRange(self._stream_id, begin, finish))
         if not slices:
             return [SlicePartition(0, [])]
-        sized = [{"num_records": rows, "slice": s} for s in slices for rows in [s[2]]]
-        groups = group_blocks(sized, self._max_partitions)
-        return [SlicePartition(i, [x["slice"] for x in g]) for i, g in enumerate(groups)]
+        return [
+            SlicePartition(i, run) for i, run in enumerate(slice_runs(slices, self._max_partitions))
+        ]
 
     def _arrow_schema(self) -> pa.Schema | None:
         return arrow_schema_of(self._schema) if self._schema is not None else None

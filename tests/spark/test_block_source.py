@@ -12,36 +12,12 @@ from spark_receivers.spark.block_source import (
     SNAP_SHARE,
     BlockRead,
     batch_alias,
-    group_blocks,
     split_rows,
 )
 
 
 def blocks(*sizes: int) -> list[dict]:
     return [{"block_id": f"input-0-1-{i}", "num_records": n} for i, n in enumerate(sizes)]
-
-
-def test_blocks_are_split_into_runs_of_similar_record_counts():
-    groups = group_blocks(blocks(100, 100, 100, 100, 100, 100), 3)
-    assert [[b["num_records"] for b in g] for g in groups] == [[100, 100]] * 3
-
-
-def test_a_big_block_gets_a_run_of_its_own():
-    groups = group_blocks(blocks(1000, 10, 10, 10), 2)
-    assert [len(g) for g in groups] == [1, 3]
-
-
-def test_never_more_runs_than_blocks_and_empty_blocks_count():
-    assert [len(g) for g in group_blocks(blocks(0, 0), 8)] == [1, 1]
-
-
-@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=60), st.integers(1, 16))
-def test_runs_keep_every_block_once_in_order(sizes, max_partitions):
-    bs = blocks(*sizes)
-    groups = group_blocks(bs, max_partitions)
-    assert [b for g in groups for b in g] == bs
-    assert all(groups)
-    assert len(groups) == min(len(bs), max_partitions)
 
 
 def pieces(runs):
@@ -94,6 +70,19 @@ def test_split_rows_reads_every_row_once_in_order_in_equal_runs(sizes, parts):
     assert len(runs) == n
     # Each cut is exact or moved to a block's edge by at most the slack.
     assert max(counts) - min(counts) <= 4 * (sum(sizes) // n // SNAP_SHARE) + 2
+
+
+def test_a_structured_streams_slices_are_cut_into_equal_runs():
+    from spark_receivers.spark.stream_source import slice_runs
+
+    # Slices of three blocks (the first read from row 40 on) in two tasks: 150 rows each.
+    slices = [["b0", 40, 60], ["b1", 0, 100], ["b2", 0, 140]]
+    assert slice_runs(slices, 2) == [
+        [["b0", 40, 60], ["b1", 0, 90]],
+        [["b1", 90, 10], ["b2", 0, 140]],
+    ]
+    assert slice_runs(slices, 2) == slice_runs(slices, 2)  # the same on every call
+    assert slice_runs(slices, 1) == [slices]
 
 
 def test_task_i_reads_run_i_of_the_batch_block_after_block():
