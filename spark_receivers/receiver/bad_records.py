@@ -61,15 +61,17 @@ def oversize_rows(table: pa.Table, limit: int) -> pa.ChunkedArray | None:
 
     A row's length is that of its string and binary values together (what can be
     arbitrarily large; a value of another type is a few bytes). Usually no work at
-    all (the columns hold fewer bytes than ``limit`` together); else one vectorized
-    length per such column: nothing costs per record in Python.
+    all (the columns, or each batch of them, hold fewer bytes than ``limit`` together);
+    else one vectorized length per such column: nothing costs per record in Python.
     """
-    columns = [
-        column
-        for column, field in zip(table.columns, table.schema, strict=True)
-        if _variable_length(field.type)
-    ]
+    indices = [i for i, field in enumerate(table.schema) if _variable_length(field.type)]
+    columns = [table.column(i) for i in indices]
     if sum(column.nbytes for column in columns) <= limit:
+        return None
+    # Then per batch (zero-copy slices at the columns' common chunk edges): a block of many
+    # small batches, as stores and socket reads make, usually has none that could.
+    batches = table.select(indices).to_batches()
+    if all(sum(column.nbytes for column in batch.columns) <= limit for batch in batches):
         return None
     total = pc.fill_null(pc.binary_length(columns[0]), 0)
     for column in columns[1:]:

@@ -136,12 +136,22 @@ def test_the_limit_is_a_size_the_jvm_can_hold(bad):
         max_size=30,
     ),
     st.integers(1, 20),
+    st.lists(st.integers(0, 30), max_size=4),
+    st.lists(st.integers(0, 30), max_size=4),
 )
-def test_split_oversize_keeps_exactly_the_rows_within_the_limit(rows, limit):
+def test_split_oversize_keeps_exactly_the_rows_within_the_limit(rows, limit, s_cuts, b_cuts):
+    def chunked(values, type_, cuts):
+        # Each column chunked at its own edges, as blocks joined from many stores are.
+        edges = sorted({0, len(values), *(c for c in cuts if c < len(values))})
+        return pa.chunked_array(
+            [pa.array(values[a:b], type_) for a, b in zip(edges, edges[1:], strict=False)],
+            type_,
+        )
+
     table = pa.table(
         {
-            "s": pa.array([r[0] for r in rows], pa.string()),
-            "b": pa.array([r[1] for r in rows], pa.binary()),
+            "s": chunked([r[0] for r in rows], pa.string(), s_cuts),
+            "b": chunked([r[1] for r in rows], pa.binary(), b_cuts),
             "n": pa.array([r[2] for r in rows], pa.int64()),
         }
     )
