@@ -23,6 +23,8 @@ storing reliably, possibly at once.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
+import errno
 import json
 import logging
 import os
@@ -386,6 +388,45 @@ class KeeperSink:
 
 
 _SPOOL_WRITE_BUFFER = 1 << 20
+_FALLOC_FL_KEEP_SIZE = 1
+_IPC_BYTES_PER_BATCH = 1024
+"""Room for a record batch's IPC message header and padding, on top of its buffers."""
+
+
+def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
+    """Linux's ``fallocate(2)`` (``os.posix_fallocate`` cannot keep a file's size), or None."""
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    return fallocate  # type: ignore[no-any-return]
+
+
+_fallocate = _load_fallocate()
+
+
+def _reserve(fd: int, size: int) -> int:
+    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, size)``: 0, or the error number."""
+    if _fallocate is None:
+        return errno.ENOSYS
+    return 0 if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0 else ctypes.get_errno()
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Reserve ``size`` bytes of disk for the empty file ``fd`` without growing it.
+
+    One extent allocation up front instead of a delayed allocation for each page as the
+    block is written: on ext4, 64 MiB blocks were written at 36-39 M rows/s instead of
+    29-31 M, with 26-27 ns of CPU a row instead of 32-34. A file system that cannot
+    (tmpfs), or a system without ``fallocate``, is written as before; a full disk raises
+    ``OSError`` here, before a byte is written. The reserve beyond the file's end (the
+    estimate's slack) is freed with the file.
+    """
+    err = _reserve(fd, size) if size > 0 else 0
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        raise OSError(err, f"no room for a block of {size:,} bytes: {os.strerror(err)}")
 
 
 def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
@@ -396,13 +437,19 @@ def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
     deleted before raising.
     """
     path = Path(spool_dir) / spool_file_name(name, secrets.token_hex(6))
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    batches = max((column.num_chunks for column in table.columns), default=0)
     try:
+        try:
+            _preallocate(fd, table.nbytes + _IPC_BYTES_PER_BATCH * (batches + 1))
+        finally:
+            os.close(fd)
         # Buffered: unbuffered, the IPC writer made a write and a seek per Arrow buffer
         # (~300 syscalls for a block of 60,000 lines in 25 chunks). Opened to append, not
-        # "wb": truncating the file just created marks it, on ext4, for allocation at close
-        # (auto_da_alloc, meant for files rewritten in place), and each close then started
-        # writing the whole block to disk: 20-40 % slower, for a file a keeper only maps.
+        # "wb": truncating the file would free the reserve, and it marks the file, on ext4,
+        # for allocation at close (auto_da_alloc, meant for files rewritten in place): each
+        # close then started writing the whole block to disk (64 MiB blocks: 17-23 M rows/s
+        # instead of 29-35 M), for a file a keeper only maps.
         with (
             pa.OSFile(str(path), "ab") as raw,
             pa.BufferedOutputStream(raw, _SPOOL_WRITE_BUFFER) as sink,

@@ -6,6 +6,7 @@ stand-in driver that answers as told; no Spark.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -25,13 +26,14 @@ from spark_receivers.errors import (
     ConfigError,
     RpcError,
 )
+from spark_receivers.receiver import block_placement
 from spark_receivers.receiver.block_keeper import BlockKeeper, KeeperSettings, process_alive
 from spark_receivers.receiver.block_placement import (
     KeeperSink,
     effective_level,
     write_spool_file,
 )
-from spark_receivers.receiver.block_spool import spool_alive, sweep_dead_spools
+from spark_receivers.receiver.block_spool import map_spool_file, spool_alive, sweep_dead_spools
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper, keeper_dir
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
@@ -262,6 +264,25 @@ def test_a_spool_that_cannot_take_the_file_sends_the_block_by_put_said_once(
         assert here.store.get(f"input-0-1-{i}") == table(2)
     said = [r for r in caplog.records if "into the keeper's spool" in r.getMessage()]
     assert len(said) == 1
+    sink.close()
+
+
+def test_a_spool_file_reserved_ahead_is_read_back_whole_at_its_written_size(tmp_path):
+    many = pa.Table.from_batches([b for i in range(40) for b in table(250, i * 250).to_batches()])
+    path = write_spool_file(str(tmp_path), "input-0-1-0", many)
+    assert path.read_bytes()[-6:] == b"ARROW1"  # it ends where the IPC file ends, not later
+    assert map_spool_file(str(path)) == many
+
+
+def test_a_disk_with_no_room_for_the_reserve_sends_the_block_by_put(spooling, secret, monkeypatch):
+    here = spooling[0]
+    sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK)
+    monkeypatch.setattr(block_placement, "_reserve", lambda fd, size: errno.ENOSPC)
+    with pytest.raises(OSError, match="no room for a block"):
+        write_spool_file(here.spool_dir, "input-0-1-9", table(3))
+    assert sink.put("input-0-1-0", table(3), 100).locations == (here.address,)
+    assert here.store.get("input-0-1-0") == table(3)
+    assert os.listdir(here.spool_dir) == [".alive"]  # no file was left half-written
     sink.close()
 
 
