@@ -253,7 +253,7 @@ class BlockKeeper:
             self._files[message.block_id] = path
         if replaced is not None and replaced != path:
             _unlink(replaced)
-        self.store.put(message.block_id, table, message.generated_ms, message.use_disk)
+        self.store.put(message.block_id, table, message.generated_ms, message.use_disk, path)
         return True
 
     def remove(self, block_ids: tuple[str, ...] | list[str]) -> int:

@@ -32,6 +32,7 @@ class _Entry:
     generated_ms: int
     size_bytes: int
     num_rows: int
+    owns_file: bool = True
 
 
 class BlockStore:
@@ -69,7 +70,12 @@ class BlockStore:
         return name in self._blocks
 
     def put(
-        self, name: str, table: pa.Table, generated_ms: int, use_disk: bool | None = None
+        self,
+        name: str,
+        table: pa.Table,
+        generated_ms: int,
+        use_disk: bool | None = None,
+        file: str | None = None,
     ) -> int:
         """Store a block; return the bytes of memory it holds.
 
@@ -77,12 +83,16 @@ class BlockStore:
         blocks of receivers with different levels). A buffer the table references
         several times (a receiver storing slices of one batch, or the same batch
         twice) is counted once: this is the memory the block keeps alive, which is
-        what the budget bounds.
+        what the budget bounds. ``file``: an Arrow IPC file holding ``table`` already (a
+        keeper's spool file), which its caller owns: a block that does not fit is kept
+        as that file instead of being written again, and is not deleted with the block.
         """
         size = table.get_total_buffer_size()
         spill_ok = self._level.use_disk if use_disk is None else use_disk
         spill = spill_ok and self._memory_bytes + size > self._budget
-        if spill:
+        if spill and file is not None:
+            entry = _Entry(None, file, generated_ms, size, table.num_rows, owns_file=False)
+        elif spill:
             path = self._spill(name, table)
             entry = _Entry(None, path, generated_ms, size, table.num_rows)
         else:
@@ -143,7 +153,7 @@ class BlockStore:
             self._memory_bytes -= entry.size_bytes
             return
         self._disk_bytes -= entry.size_bytes
-        if entry.path:
+        if entry.path and entry.owns_file:
             try:
                 os.remove(entry.path)
             except OSError:

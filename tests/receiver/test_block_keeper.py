@@ -253,6 +253,23 @@ def test_a_keeper_adopts_a_block_file_of_its_spool_and_refuses_any_other_file(sp
     assert not os.path.exists(spool)  # the spool goes with the keeper
 
 
+def test_an_adopted_block_over_the_budget_is_kept_as_its_spool_file_not_written_again(
+    spooling, secret
+):
+    keeper = spooling[0]
+    client = EndpointClient(keeper.address, secret)
+    big = pa.table({"value": ["x" * 1000] * 1500})  # 1.5 MB: over the 1 MiB budget
+    path = write_spool_file(keeper.spool_dir, "input-0-1-0", big)
+    assert client.call(m.AdoptBlock("input-0-1-0", 5, True, path.name)) is True
+    assert keeper.store.memory_bytes == 0 and keeper.store.disk_bytes > MiB
+    spilled = [p for p in os.listdir(os.path.dirname(keeper.spool_dir)) if "blocks" in p]
+    assert spilled == []  # no second copy was written to the spill directory
+    assert client.read_table(b"input-0-1-0") == big  # read from the spool file
+    assert client.call(m.RemoveBlocks(("input-0-1-0",))) == 1
+    assert not path.exists() and keeper.store.disk_bytes == 0
+    client.close()
+
+
 def test_a_spool_that_cannot_take_the_file_sends_the_block_by_put_said_once(
     spooling, secret, caplog
 ):
