@@ -61,17 +61,22 @@ def oversize_rows(table: pa.Table, limit: int) -> pa.ChunkedArray | None:
 
     A row's length is that of its string and binary values together (what can be
     arbitrarily large; a value of another type is a few bytes). Usually no work at
-    all (the columns, or each batch of them, hold fewer bytes than ``limit`` together);
-    else one vectorized length per such column: nothing costs per record in Python.
+    all (the columns hold fewer bytes than ``limit`` together), else the longest value of
+    each such column, and only when those could make a row too long, one vectorized length
+    per column: nothing costs per record in Python.
     """
-    indices = [i for i, field in enumerate(table.schema) if _variable_length(field.type)]
-    columns = [table.column(i) for i in indices]
+    columns = [
+        column
+        for column, field in zip(table.columns, table.schema, strict=True)
+        if _variable_length(field.type)
+    ]
     if sum(column.nbytes for column in columns) <= limit:
         return None
-    # Then per batch (zero-copy slices at the columns' common chunk edges): a block of many
-    # small batches, as stores and socket reads make, usually has none that could.
-    batches = table.select(indices).to_batches()
-    if all(sum(column.nbytes for column in batch.columns) <= limit for batch in batches):
+    # Then the longest value of each column, which bounds every row: two kernel calls a
+    # column, no Python loop over the block's chunks (the pushing thread that runs this
+    # shares the GIL with the thread storing records).
+    longest = sum(pc.max(pc.binary_length(column)).as_py() or 0 for column in columns)
+    if longest <= limit:
         return None
     total = pc.fill_null(pc.binary_length(columns[0]), 0)
     for column in columns[1:]:
