@@ -112,6 +112,7 @@ class SocketTextReceiver(ThreadedReceiver):
         buf = bytearray(max(size, COALESCE_BYTES) + size)
         view = memoryview(buf)
         filled = 0  # bytes in buf: whole lines, then the start of an unfinished one
+        clean = 0  # bytes at buf's front known to hold no newline (not searched again)
         skipping = False  # inside a line already reported as too long
         window_s = self.coalesce_ms / 1000
         due = 0.0  # when the bytes read since the last store are stored (0: none are)
@@ -121,7 +122,9 @@ class SocketTextReceiver(ThreadedReceiver):
             if due:
                 wait_ms = (due - time.monotonic()) * 1000
                 if wait_ms <= 0 or not poller.poll(wait_ms):
-                    filled, skipping = self._store_whole_lines(buf, view, filled, skipping)
+                    filled, clean, skipping = self._store_whole_lines(
+                        buf, view, filled, clean, skipping
+                    )
                     due = 0.0
                     continue
             if len(buf) - filled < size:  # an unfinished line fills the buffer: a larger one
@@ -137,33 +140,41 @@ class SocketTextReceiver(ThreadedReceiver):
             if not due:
                 due = time.monotonic() + window_s
             if filled >= COALESCE_BYTES or window_s <= 0:
-                filled, skipping = self._store_whole_lines(buf, view, filled, skipping)
+                filled, clean, skipping = self._store_whole_lines(
+                    buf, view, filled, clean, skipping
+                )
                 due = 0.0
         if filled:  # what was read is stored, also when stopping
-            filled, skipping = self._store_whole_lines(buf, view, filled, skipping)
+            filled, clean, skipping = self._store_whole_lines(buf, view, filled, clean, skipping)
         if filled and not skipping and not self.stopping:  # the last line, without its newline
             self._store_lines(view[:filled], buf.find(b"\r", 0, filled) >= 0)
 
     def _store_whole_lines(
-        self, buf: bytearray, view: memoryview, filled: int, skipping: bool
-    ) -> tuple[int, bool]:
-        """Store the whole lines of ``buf[:filled]``; the bytes left at its front, and skipping."""
-        cut = buf.rfind(b"\n", 0, filled)
+        self, buf: bytearray, view: memoryview, filled: int, clean: int, skipping: bool
+    ) -> tuple[int, int, bool]:
+        """Store the whole lines of ``buf[:filled]``, whose first ``clean`` bytes hold no newline.
+
+        Returns the bytes left at its front (the start of an unfinished line), how many of
+        them hold no newline (all), and skipping. Only the bytes read since the last call
+        are searched: a line of many megabytes arriving in many reads is searched once,
+        not once per read.
+        """
+        cut = buf.rfind(b"\n", clean, filled)
         if cut < 0:
             if filled <= self.record_limit:
-                return filled, skipping
+                return filled, filled, skipping
             if not skipping:
                 self._too_long(bytes(view[: self.record_limit]))
-            return 0, True
+            return 0, 0, True
         start = 0
         if skipping:  # the too-long line ends at the first newline
-            start = buf.find(b"\n", 0, cut + 1) + 1
+            start = buf.find(b"\n", clean, cut + 1) + 1
             skipping = False
         if start <= cut:
             self._store_lines(view[start:cut], buf.find(b"\r", start, cut) >= 0)
         rest = filled - cut - 1
         buf[:rest] = bytes(view[cut + 1 : filled])  # a copy: the two ranges may overlap
-        return rest, skipping
+        return rest, rest, skipping
 
     def _store_lines(self, chunk: memoryview, has_cr: bool) -> None:
         """Store the lines of ``chunk`` (a view of the read buffer, without its last newline)."""
