@@ -7,6 +7,7 @@ hold the line for any receiver, under a real supervisor.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 
@@ -144,7 +145,7 @@ def test_split_oversize_keeps_exactly_the_rows_within_the_limit(rows, limit, s_c
         # Each column chunked at its own edges, as blocks joined from many stores are.
         edges = sorted({0, len(values), *(c for c in cuts if c < len(values))})
         return pa.chunked_array(
-            [pa.array(values[a:b], type_) for a, b in zip(edges, edges[1:], strict=False)],
+            [pa.array(values[a:b], type_) for a, b in itertools.pairwise(edges)],
             type_,
         )
 
