@@ -61,9 +61,9 @@ def oversize_rows(table: pa.Table, limit: int) -> pa.ChunkedArray | None:
 
     A row's length is that of its string and binary values together (what can be
     arbitrarily large; a value of another type is a few bytes). Usually no work at
-    all (the columns hold fewer bytes than ``limit`` together), else the longest value of
-    each such column, and only when those could make a row too long, one vectorized length
-    per column: nothing costs per record in Python.
+    all (the columns hold fewer bytes than ``limit`` together), else one vectorized length
+    per such column, whose longest values usually show that no row can be too long, and
+    only when they do not a per-row total: nothing costs per record in Python.
     """
     columns = [
         column
@@ -72,15 +72,15 @@ def oversize_rows(table: pa.Table, limit: int) -> pa.ChunkedArray | None:
     ]
     if sum(column.nbytes for column in columns) <= limit:
         return None
-    # Then the longest value of each column, which bounds every row: two kernel calls a
-    # column, no Python loop over the block's chunks (the pushing thread that runs this
-    # shares the GIL with the thread storing records).
-    longest = sum(pc.max(pc.binary_length(column)).as_py() or 0 for column in columns)
-    if longest <= limit:
+    # Then the longest value of each column, which bounds every row: kernel calls only, no
+    # Python loop over the block's chunks (the pushing thread that runs this shares the
+    # GIL with the thread storing records).
+    lengths = [pc.binary_length(column) for column in columns]
+    if sum(pc.max(n).as_py() or 0 for n in lengths) <= limit:
         return None
-    total = pc.fill_null(pc.binary_length(columns[0]), 0)
-    for column in columns[1:]:
-        total = pc.add(total, pc.fill_null(pc.binary_length(column), 0))
+    total = pc.fill_null(lengths[0], 0)
+    for n in lengths[1:]:
+        total = pc.add(total, pc.fill_null(n, 0))
     mask = pc.greater(total, limit)
     return mask if pc.any(mask).as_py() else None
 

@@ -424,7 +424,7 @@ def _preallocate(fd: int, size: int) -> None:
     ``OSError`` here, before a byte is written. The reserve beyond the file's end (the
     estimate's slack) is freed with the file.
     """
-    err = _reserve(fd, size) if size > 0 else 0
+    err = _reserve(fd, size)
     if err in (errno.ENOSPC, errno.EDQUOT):
         raise OSError(err, f"no room for a block of {size:,} bytes: {os.strerror(err)}")
 
