@@ -226,3 +226,61 @@ def test_include_timestamp_adds_when_the_lines_were_read(tracker):
     assert [r["value"] for r in rows[:2]] == ["a", "b"]
     assert str(tables[0].schema.field("timestamp").type) == "timestamp[us, tz=UTC]"
     assert all(r["timestamp"] is not None for r in rows)
+
+
+class CountingSocket(socket.socket):
+    """A client socket that counts its reads."""
+
+    reads = 0
+
+    def recv_into(self, *args, **kwargs):
+        CountingSocket.reads += 1
+        return super().recv_into(*args, **kwargs)
+
+
+def test_a_source_sending_often_wakes_the_reader_once_a_window(tracker, monkeypatch):
+    """Within a window the socket wakes the reader only for 1 MiB or the window's end
+    (SO_RCVLOWAT): 100 small sends cost a few reads, not 100; between windows the first
+    byte still wakes it (the second burst is stored too)."""
+    from spark_receivers.receivers import socket_text
+
+    create_connection = socket.create_connection
+
+    def connect(address, timeout=None):
+        plain = create_connection(address, timeout)
+        return CountingSocket(fileno=plain.detach())
+
+    monkeypatch.setattr(socket_text.socket, "create_connection", connect)
+    monkeypatch.setattr(CountingSocket, "reads", 0)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held: list[socket.socket] = []
+    second = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        held.append(conn)
+        for i in range(100):
+            conn.sendall(f"line {i}\n".encode())
+            threading.Event().wait(0.002)
+        second.wait(30)
+        conn.sendall(b"after\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    receiver = SocketTextReceiver("127.0.0.1", port, coalesce_ms=1000)
+    sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
+    try:
+        sup.start()
+        tracker.wait_for(lambda: tracker.records() >= 100)
+        reads = CountingSocket.reads
+        second.set()
+        tracker.wait_for(lambda: tracker.records() >= 101)
+        values = tracker.stored_table(sup).column("value").to_pylist()
+    finally:
+        sup.stop("test over")
+        sup.await_termination(15)
+        for conn in held:
+            conn.close()
+        server.close()
+    assert values == [f"line {i}" for i in range(100)] + ["after"]
+    assert reads <= 10, f"{reads} reads for 100 sends in one window"
