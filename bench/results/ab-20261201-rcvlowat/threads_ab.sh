@@ -1,5 +1,6 @@
 #!/bin/bash
 # usage: threads_ab.sh RATE ROUNDS: per-thread CPU of the receiver task, new vs old, 30 s in the window
+# tstat.py is the copy beside this script (run then from /tmp/probe; rewritten for lint since, same output)
 RATE=$1; ROUNDS=$2
 for r in $(seq 1 $ROUNDS); do
   for side in new old; do

@@ -1,30 +1,59 @@
-"""Per-thread CPU of a process over a window: tick accounting (/proc stat) vs scheduler runtime (schedstat)."""
-import os, sys, time
-def snap(pid):
+"""Per-thread CPU of processes over a window: tick counts (/proc stat) and run time (schedstat).
+
+Usage: python tstat.py PID[,PID...] SECONDS. Prints each process's total in ms of CPU a
+second, then its threads above 0.5 ms/s, largest first.
+"""
+
+import os
+import sys
+import time
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def snap(pid: int) -> dict[str, tuple[int, int, str]]:
+    """Each thread's (ticks, schedstat ns, name)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
         try:
-            st = open(f"/proc/{pid}/task/{tid}/stat").read()
-            rest = st[st.rindex(")") + 2:].split()
-            ticks = int(rest[11]) + int(rest[12])
-            ns = int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
-            comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
-            out[tid] = (ticks, ns, comm)
+            stat = _read(f"{base}/stat")
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks = int(fields[11]) + int(fields[12])
+            ns = int(_read(f"{base}/schedstat").split()[0])
+            out[tid] = (ticks, ns, _read(f"{base}/comm").strip())
         except OSError:
             pass
     return out
-pids = [int(p) for p in sys.argv[1].split(",")]; secs = float(sys.argv[2])
-tck = os.sysconf("SC_CLK_TCK")
-a = {p: snap(p) for p in pids}; time.sleep(secs); b = {p: snap(p) for p in pids}
-for p in pids:
-    T1 = T2 = 0
-    rows = []
-    for tid, (t1, n1, c) in b[p].items():
-        if tid in a[p]:
-            t0, n0, _ = a[p][tid]
-            d1 = (t1 - t0) / tck / secs * 1000; d2 = (n1 - n0) / 1e9 / secs * 1000
-            T1 += d1; T2 += d2
-            if d1 > 0.5 or d2 > 0.5: rows.append((d2, d1, tid, c))
-    print(f"pid {p}: ticks {T1:.1f} ms/s, schedstat {T2:.1f} ms/s")
-    for d2, d1, tid, c in sorted(rows, reverse=True)[:10]:
-        print(f"   {tid} {c:16s} ticks {d1:6.1f}  sched {d2:6.1f} ms/s")
+
+
+def main() -> None:
+    pids = [int(p) for p in sys.argv[1].split(",")]
+    secs = float(sys.argv[2])
+    tck = os.sysconf("SC_CLK_TCK")
+    before = {p: snap(p) for p in pids}
+    time.sleep(secs)
+    after = {p: snap(p) for p in pids}
+    for p in pids:
+        total_ticks = total_sched = 0.0
+        rows = []
+        for tid, (t1, n1, name) in after[p].items():
+            if tid not in before[p]:
+                continue
+            t0, n0, _ = before[p][tid]
+            by_ticks = (t1 - t0) / tck / secs * 1000
+            by_sched = (n1 - n0) / 1e9 / secs * 1000
+            total_ticks += by_ticks
+            total_sched += by_sched
+            if by_ticks > 0.5 or by_sched > 0.5:
+                rows.append((by_sched, by_ticks, tid, name))
+        print(f"pid {p}: ticks {total_ticks:.1f} ms/s, schedstat {total_sched:.1f} ms/s")
+        for by_sched, by_ticks, tid, name in sorted(rows, reverse=True)[:10]:
+            print(f"   {tid} {name:16s} ticks {by_ticks:6.1f}  sched {by_sched:6.1f} ms/s")
+
+
+if __name__ == "__main__":
+    main()
