@@ -18,8 +18,6 @@ COALESCE_BYTES = 4 << 20
 WAKE_BYTES = 1 << 20
 """While a window is open, the reader wakes when this much has arrived or the window ends."""
 
-_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
-
 
 class SocketTextReceiver(ThreadedReceiver):
     """Connects to ``host:port`` and stores every line (UTF-8, without its newline).
@@ -118,7 +116,8 @@ class SocketTextReceiver(ThreadedReceiver):
         While a window is open the socket wakes the reader only once
         :data:`WAKE_BYTES` have arrived (``SO_RCVLOWAT``) or the window ends; then it
         takes everything queued without waiting. A source that sends every few
-        milliseconds thus costs one wake-up per window, not one per send.
+        milliseconds thus costs one wake-up per window, not one per send. A stop ends an
+        open window the same way: the bytes queued in the socket are read and stored.
         """
         size = self.read_size
         buf = bytearray(max(size, COALESCE_BYTES) + size)
@@ -133,7 +132,11 @@ class SocketTextReceiver(ThreadedReceiver):
         wake = _WakeThreshold(sock, WAKE_BYTES if window_s > 0 else 1)
         poller = select.poll()
         poller.register(sock, select.POLLIN)
-        while not self.stopping:
+        while True:
+            if self.stopping:
+                if not due:
+                    break
+                closing = True  # a stop ends the window: what is queued is read and stored
             if due and not queued and not closing:
                 wait_ms = (due - time.monotonic()) * 1000
                 if wait_ms <= 0 or not poller.poll(wait_ms):
@@ -144,7 +147,8 @@ class SocketTextReceiver(ThreadedReceiver):
                 view.release()
                 buf, view = grown, memoryview(grown)
             try:  # in a window, never wait: the poll above waited
-                n = sock.recv_into(view[filled : filled + size], size, _DONTWAIT if due else 0)
+                flags = socket.MSG_DONTWAIT if due else 0
+                n = sock.recv_into(view[filled : filled + size], size, flags)
             except BlockingIOError:
                 n = -1
             if not n:
@@ -158,7 +162,8 @@ class SocketTextReceiver(ThreadedReceiver):
                     wake.set_high()
             else:
                 queued = False
-            if filled >= COALESCE_BYTES or window_s <= 0 or (closing and n < 0):
+            # A short read while closing: the socket held no more when it was taken.
+            if filled >= COALESCE_BYTES or window_s <= 0 or (closing and n < size):
                 filled, clean, skipping = self._store_whole_lines(
                     buf, view, filled, clean, skipping
                 )
