@@ -50,6 +50,27 @@ class OneShotServer:
         self.server.close()
 
 
+class ScriptedServer:
+    """Accepts one client and runs ``script(conn)`` on its own thread; the connection
+    stays open until :meth:`close`."""
+
+    def __init__(self, script) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, args=(script,), daemon=True).start()
+
+    def _serve(self, script) -> None:
+        conn, _ = self.server.accept()
+        self.held.append(conn)
+        script(conn)
+
+    def close(self) -> None:
+        for conn in self.held:
+            conn.close()
+        self.server.close()
+
+
 @pytest.fixture
 def tracker():
     t = StandInTracker()
@@ -104,30 +125,20 @@ def test_lines_split_across_reads_come_whole_and_in_order(tracker, read_size, co
 
 def test_lines_are_stored_when_the_window_ends_though_the_connection_stays_open(tracker):
     """Coalescing waits for the window, not for more data: a quiet source's lines come."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        conn, _ = server.accept()
-        held.append(conn)
-        conn.sendall(b"one\ntwo\nunfinished")  # then nothing, and the connection stays
-
-    threading.Thread(target=serve, daemon=True).start()
-    receiver = SocketTextReceiver("127.0.0.1", port, coalesce_ms=200)
+    # Sends, then nothing, and the connection stays open.
+    server = ScriptedServer(lambda conn: conn.sendall(b"one\ntwo\nunfinished"))
+    receiver = SocketTextReceiver("127.0.0.1", server.port, coalesce_ms=200)
     sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
     try:
         sup.start()
         tracker.wait_for(lambda: tracker.records() >= 2)
         assert tracker.stored_table(sup).column("value").to_pylist() == ["one", "two"]
-        held[0].sendall(b" line\n")
+        server.held[0].sendall(b" line\n")
         tracker.wait_for(lambda: tracker.records() >= 3)
         assert tracker.stored_table(sup).column("value").to_pylist()[-1] == "unfinished line"
     finally:
         sup.stop("test over")
         sup.await_termination(15)
-        for conn in held:
-            conn.close()
         server.close()
 
 
@@ -252,22 +263,17 @@ def test_a_source_sending_often_wakes_the_reader_once_a_window(tracker, monkeypa
 
     monkeypatch.setattr(socket_text.socket, "create_connection", connect)
     monkeypatch.setattr(CountingSocket, "reads", 0)
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    held: list[socket.socket] = []
     second = threading.Event()
 
-    def serve() -> None:
-        conn, _ = server.accept()
-        held.append(conn)
+    def serve(conn: socket.socket) -> None:
         for i in range(100):
             conn.sendall(f"line {i}\n".encode())
             threading.Event().wait(0.002)
         second.wait(30)
         conn.sendall(b"after\n")
 
-    threading.Thread(target=serve, daemon=True).start()
-    receiver = SocketTextReceiver("127.0.0.1", port, coalesce_ms=1000)
+    server = ScriptedServer(serve)
+    receiver = SocketTextReceiver("127.0.0.1", server.port, coalesce_ms=1000)
     sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
     try:
         sup.start()
@@ -279,8 +285,6 @@ def test_a_source_sending_often_wakes_the_reader_once_a_window(tracker, monkeypa
     finally:
         sup.stop("test over")
         sup.await_termination(15)
-        for conn in held:
-            conn.close()
         server.close()
     assert values == [f"line {i}" for i in range(100)] + ["after"]
     # A few reads a window (the wake, what is queued, the empty read): a slow machine may
@@ -291,21 +295,16 @@ def test_a_source_sending_often_wakes_the_reader_once_a_window(tracker, monkeypa
 def test_a_stop_during_a_window_stores_what_the_socket_still_holds(tracker):
     """Bytes queued in the socket below the wake threshold are read and stored at a stop,
     not left behind (here far more than one read's worth)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    held: list[socket.socket] = []
     sent = threading.Event()
 
-    def serve() -> None:
-        conn, _ = server.accept()
-        held.append(conn)
+    def serve(conn: socket.socket) -> None:
         conn.sendall(b"first\n")  # its read opens a 1 s window
         threading.Event().wait(0.1)
         conn.sendall(b"".join(f"line {i}\n".encode() for i in range(10_000)))
         sent.set()
 
-    threading.Thread(target=serve, daemon=True).start()
-    receiver = SocketTextReceiver("127.0.0.1", port, coalesce_ms=1000, read_size=4096)
+    server = ScriptedServer(serve)
+    receiver = SocketTextReceiver("127.0.0.1", server.port, coalesce_ms=1000, read_size=4096)
     sup = supervise(tracker, receiver, receiver_restart_delay_ms=10_000)
     try:
         sup.start()
@@ -314,7 +313,5 @@ def test_a_stop_during_a_window_stores_what_the_socket_still_holds(tracker):
     finally:
         sup.stop("test over")
         sup.await_termination(15)
-        for conn in held:
-            conn.close()
         server.close()
     assert tracker.records() == 10_001
