@@ -123,7 +123,7 @@ class SocketTextReceiver(ThreadedReceiver):
         buf = bytearray(max(size, COALESCE_BYTES) + size)
         view = memoryview(buf)
         filled = 0  # bytes in buf: whole lines, then the start of an unfinished one
-        clean = 0  # bytes at buf's front known to hold no newline (not searched again)
+        clean = 0  # bytes at buf's front known to hold no newline: all left by a store
         skipping = False  # inside a line already reported as too long
         window_s = self.coalesce_ms / 1000
         due = 0.0  # when the bytes read since the last store are stored (0: none are)
@@ -164,33 +164,30 @@ class SocketTextReceiver(ThreadedReceiver):
                 queued = False
             # A short read while closing: the socket held no more when it was taken.
             if filled >= COALESCE_BYTES or window_s <= 0 or (closing and n < size):
-                filled, clean, skipping = self._store_whole_lines(
-                    buf, view, filled, clean, skipping
-                )
-                due, queued, closing = 0.0, False, False
+                filled, skipping = self._store_whole_lines(buf, view, filled, clean, skipping)
+                clean, due, queued, closing = filled, 0.0, False, False
                 wake.set_low()
         if filled:  # what was read is stored, also when stopping
-            filled, clean, skipping = self._store_whole_lines(buf, view, filled, clean, skipping)
+            filled, skipping = self._store_whole_lines(buf, view, filled, clean, skipping)
         if filled and not skipping and not self.stopping:  # the last line, without its newline
             self._store_lines(view[:filled], buf.find(b"\r", 0, filled) >= 0)
 
     def _store_whole_lines(
         self, buf: bytearray, view: memoryview, filled: int, clean: int, skipping: bool
-    ) -> tuple[int, int, bool]:
+    ) -> tuple[int, bool]:
         """Store the whole lines of ``buf[:filled]``, whose first ``clean`` bytes hold no newline.
 
-        Returns the bytes left at its front (the start of an unfinished line), how many of
-        them hold no newline (all), and skipping. Only the bytes read since the last call
-        are searched: a line of many megabytes arriving in many reads is searched once,
-        not once per read.
+        Returns the bytes left at its front (the start of an unfinished line, with no
+        newline) and skipping. Only the bytes read since the last call are searched: a line
+        of many megabytes arriving in many reads is searched once, not once per read.
         """
         cut = buf.rfind(b"\n", clean, filled)
         if cut < 0:
             if filled <= self.record_limit:
-                return filled, filled, skipping
+                return filled, skipping
             if not skipping:
                 self._too_long(bytes(view[: self.record_limit]))
-            return 0, 0, True
+            return 0, True
         start = 0
         if skipping:  # the too-long line ends at the first newline
             start = buf.find(b"\n", clean, cut + 1) + 1
@@ -199,7 +196,7 @@ class SocketTextReceiver(ThreadedReceiver):
             self._store_lines(view[start:cut], buf.find(b"\r", start, cut) >= 0)
         rest = filled - cut - 1
         buf[:rest] = bytes(view[cut + 1 : filled])  # a copy: the two ranges may overlap
-        return rest, rest, skipping
+        return rest, skipping
 
     def _store_lines(self, chunk: memoryview, has_cr: bool) -> None:
         """Store the lines of ``chunk`` (a view of the read buffer, without its last newline)."""
