@@ -14,9 +14,12 @@ before cutting anything. Each system (``spark_receivers``: our ``SocketTextRecei
 (``bench.step.run_child_session``: the same line server of 100-byte lines, child process,
 ``local[4]``, 1 s batches, warm-up). A sampler reads the CPU of every process of the
 child's tree from ``/proc`` every 0.25 s (``bench/proc_cpu.py``); the window starts
-``SETTLE_S`` (30 s) after the receiver connected, once the JVM's compilers have mostly
-settled, and ends a second before the send window does. The JVM's JIT compiler threads
-are counted in the JVM and also shown on a line of their own.
+``--settle`` seconds (default ``SETTLE_S``, 30 s) after the receiver connected, and ends a
+second before the send window does. A JVM planning one batch a second keeps compiling for
+minutes (2026-12-01, 600,000 lines/s: its compilers ran 465 ms/s 45 s after the JVM
+started and 36 ms/s at 175 s), so a short settle counts part of the JIT's warm-up; a
+steady state needs ``--settle 150`` or so and ``--seconds`` beyond it. The JVM's JIT
+compiler threads are counted in the JVM and also shown on a line of their own.
 Per million lines offered in the window it prints each process kind's CPU-seconds: the
 child's Python (the driver: our scheduler, tracker and batch threads; DStream's
 py4j callbacks), the JVM (driver and executor in one, ``local[4]``) with its threads by
@@ -221,6 +224,9 @@ class Breakdown:
     rate: int
     window_s: float = 0.0
     window: tuple[float, float] = (0.0, 0.0)
+    settle_s: float | None = None
+    """How long after the receiver connected the window started (None: raw files of before
+    2026-12-01, which settled ``SETTLE_S``)."""
     lines: float = 0.0
     """Lines the line server sent in the window (what the receiver read)."""
     lines_processed: float = 0.0
@@ -389,6 +395,7 @@ def _monitor(
     tag: str,
     cpu: CpuSampler,
     gil: bool = False,
+    settle: float = SETTLE_S,
 ) -> None:
     """Find the child, sample its tree over the window, profile it; fill ``b``."""
     found = _find_child(module, b.system, 120)
@@ -401,7 +408,8 @@ def _monitor(
         if connected is None:
             b.error = "the receiver never connected"
             return
-        start = connected + (SETTLE_S if seconds >= SETTLE_S + 10 else QUICK_SETTLE_S)
+        b.settle_s = settle if seconds >= settle + 10 else QUICK_SETTLE_S
+        start = connected + b.settle_s
         end = connected + seconds - 1.0
         time.sleep(max(0.0, start - time.monotonic()))
         start = tree.mark()
@@ -486,17 +494,20 @@ def run_breakdown(
     profile: bool,
     tag: str,
     gil: bool = False,
+    settle: float = SETTLE_S,
 ) -> Breakdown:
     """One session of ``system`` at ``rate`` for ``seconds``, measured and profiled."""
     module = SYSTEMS[system]
     b = Breakdown(system, pipeline, rate)
     with CpuSampler() as cpu:
         monitor = threading.Thread(
-            target=_monitor, args=(b, module, seconds, profile, tag, cpu, gil), daemon=True
+            target=_monitor,
+            args=(b, module, seconds, profile, tag, cpu, gil, settle),
+            daemon=True,
         )
         monitor.start()
         session = run_child_session(system, module, [rate], seconds, pipeline=pipeline)
-        monitor.join(300)
+        monitor.join(300 + settle)
     step = session.steps[0]
     b.sustained, b.reason = step.sustained, step.reason
     b.lines = step.sent_rate * b.window_s
@@ -617,8 +628,11 @@ def render(data: dict[str, Any]) -> str:
     row("Spark alone, same query and batch", [_f(b.spark_alone_per_million) for b in results])
     row("**everything but the query**", [f"**{_f(b.but_the_query)}**" for b in results])
     row(
-        "window (s); lines read, processed in it",
-        [f"{b.window_s:.1f}; {b.lines:,.0f}, {b.lines_processed:,.0f}" for b in results],
+        "window (s), from (s after the connection); lines read, processed in it",
+        [
+            f"{b.window_s:.1f}, {_f(b.settle_s, '.0f')}; {b.lines:,.0f}, {b.lines_processed:,.0f}"
+            for b in results
+        ],
     )
     row(
         "tree's busy cores / machine's",
@@ -686,6 +700,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help=f"{QUICK_RATE:,}/s, {QUICK_SECONDS} s")
     p.add_argument("--rate", type=int, help=f"lines/s (default {DEFAULT_RATE:,})")
     p.add_argument("--seconds", type=float, help=f"per session (default {DEFAULT_SECONDS})")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_S,
+        help=f"the window starts this long after the receiver connected (default {SETTLE_S:.0f})",
+    )
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"from {sorted(SYSTEMS)}")
     p.add_argument("--pipelines", default=",".join(PIPELINES), help="ingest,wordcount,two_action")
     p.add_argument("--no-profile", action="store_true", help="CPU per process only")
@@ -711,10 +731,19 @@ def main(argv: list[str] | None = None) -> int:
     with Recording(SECTION, "python -m bench.cpu_breakdown", argv, args) as rec:
         for pipeline in pipelines:
             for system in systems:
-                b = run_breakdown(system, pipeline, rate, seconds, profile=False, tag=args.tag)
+                b = run_breakdown(
+                    system, pipeline, rate, seconds, profile=False, tag=args.tag, settle=args.settle
+                )
                 if not args.no_profile:
                     profiled = run_breakdown(
-                        system, pipeline, rate, seconds, profile=True, tag=args.tag, gil=args.gil
+                        system,
+                        pipeline,
+                        rate,
+                        seconds,
+                        profile=True,
+                        tag=args.tag,
+                        gil=args.gil,
+                        settle=args.settle,
                     )
                     b.take_profile(profiled)
                 if pipeline not in alone:
@@ -730,7 +759,8 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     flush=True,
                 )
-    rec.finish({"rate": rate, "seconds": seconds, "results": [vars(b) for b in results]})
+    results_data = [vars(b) for b in results]
+    rec.finish({"rate": rate, "seconds": seconds, "settle": args.settle, "results": results_data})
     return 0 if all(b.error is None for b in results) else 1
 
 
