@@ -205,9 +205,14 @@ class KeeperSink:
             {"block": name, "generated_ms": generated_ms, "use_disk": self.level.use_disk}
         ).encode()
         wanted = self.level.replication
-        replicas = self._pool.submit(self._put_replicas, command, table, wanted - 1)
+        # One copy (the common level): no hand-off to a replica thread and back per block.
+        replicas = (
+            self._pool.submit(self._put_replicas, command, table, wanted - 1)
+            if wanted > 1
+            else None
+        )
         local, local_file = self._put_local(command, table, name, generated_ms)
-        placed = replicas.result()
+        placed = replicas.result() if replicas is not None else []
         locations = (local, *placed)
         self._note_copies(len(locations), wanted)
         return Placed(table.get_total_buffer_size(), locations, local_file)
