@@ -46,9 +46,12 @@ each process's CPU. Flame graphs (SVG, frames under 1 % of the samples left out)
 
 Spark alone (``query_floor``'s method, CPU from ``/proc`` instead of the machine's busy
 cores): the pipeline's query on a batch of the same size already in Spark's memory
-(``local[4]``, 4 partitions), repeated, in a child process of its own, after the same JIT
-warm-up as ``query_floor``'s (``SPARK_ALONE_WARM_S`` of word counts); the rows are held in
-both of ``query_floor``'s forms (cache, local checkpoint) and the cheaper one counts.
+(``local[4]``, 4 partitions), in a child process of its own, after the same JIT warm-up as
+``query_floor``'s (``SPARK_ALONE_WARM_S`` of word counts), then once a second as the
+stream's batches run: for the same ``--settle`` as the stream's window, then ``runs``
+measured runs (since 2026-12-01; before, the runs went back to back right after the
+warm-up). The rows are held in both of ``query_floor``'s forms (cache, local checkpoint)
+and the cheaper one counts.
 "Everything but the query" is the system's CPU per million lines minus Spark alone's. It is
 a difference of two processes' figures: read it beside the Python processes' own CPU
 (receiver, keeper, read tasks, driver), which is all outside the query.
@@ -70,7 +73,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +114,8 @@ this long) before it is measured: with four queries only, its JIT was still comp
 it came out 1.3x query_floor's figure (2026-11-29)."""
 JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 SPARK_ALONE_RUNS = 8
+SPARK_ALONE_INTERVAL_S = 1.0
+"""Spark alone's queries start this far apart, as the stream's 1 s batches do."""
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 SPARK_ALONE_PREFIX = "SPARK_ALONE "
 PYSPY_RATE = 67  # samples/s per process: a few % of a core for py-spy, little in the target
@@ -532,13 +537,22 @@ def _processed_in(raw: object, start: float, end: float) -> float:
 # -- Spark alone -----------------------------------------------------------------------------
 
 
-def spark_alone(pipeline: str, lines: int, runs: int) -> float:
+def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> float:
     """CPU-seconds of this process tree per run of ``pipeline``'s query on ``lines`` in memory.
 
     The rows are held in both of ``query_floor``'s forms (a cache, a local checkpoint) and
     the cheaper form counts: the lower Spark alone's figure, the stricter the "everything
     but the query" derived from it (on 2026-11-30 the cache form cost 1.3-1.6x the
     checkpoint form's wall time at 432,000 lines).
+
+    After ``query_floor``'s warm-up the query runs as a stream's batches do, once a batch
+    interval (:data:`SPARK_ALONE_INTERVAL_S`), for ``settle_s`` seconds (the two forms in
+    turn), and the ``runs`` measured runs of each form are paced the same way: the JVM is
+    then as far into its JIT warm-up as the stream's was when its window opened, and the
+    background work between queries (compilers, GC, heartbeats) is counted as it is in the
+    stream's window. Without that, Spark alone carried compilation the stream's JVM had
+    already finished and came out above the whole stream's JVM (2026-12-01, 600,000 lines:
+    0.20-0.27 core-s per million lines against the stream's JVM at 0.18, 411 s in).
     """
     from bench.child import local_session
     from bench.pipelines import batch_query
@@ -551,32 +565,56 @@ def spark_alone(pipeline: str, lines: int, runs: int) -> float:
         warm_up(spark, LinePool(), SPARK_ALONE_WARM_S)
         n = max(BLOCK_LINES, lines // BLOCK_LINES * BLOCK_LINES)
         base = spark.createDataFrame(lines_table(LinePool(), n)).repartition(4)
-        costs = []
-        for form in ("cache", "checkpoint"):
-            df = base.cache() if form == "cache" else base.localCheckpoint(eager=True)
-            df.count()
+        forms = {"cache": base.cache(), "checkpoint": base.localCheckpoint(eager=True)}
+        forms["cache"].count()
+        for df in forms.values():
             for _ in range(4):  # warm: Python workers, the first shuffle of this form
                 query(df)
+        frames = list(forms.values())
+        settle_runs = int(settle_s / SPARK_ALONE_INTERVAL_S)
+        _paced(settle_runs, lambda i: query(frames[i % len(frames)]))
+        costs = []
+        for df in frames:
+
+            def measured(_i: int, df: Any = df) -> None:
+                query(df)
+
             with proc_cpu.TreeSampler(os.getpid()) as tree:
                 start = tree.mark()
-                for _ in range(runs):
-                    query(df)
+                _paced(runs, measured)
                 end = tree.mark()
                 costs.append(tree.window(start, end).total / runs * lines / n)
-            if form == "cache":
-                df.unpersist(blocking=True)
+        forms["cache"].unpersist(blocking=True)
         return min(costs)
     finally:
         spark.stop()
 
 
-def run_spark_alone(pipeline: str, lines: int, runs: int = SPARK_ALONE_RUNS) -> float | None:
+def _paced(runs: int, run: Callable[[int], object]) -> None:
+    """``run(i)`` for ``i < runs``, each starting a batch interval after the one before
+    (right after it when it took longer)."""
+    t0 = time.monotonic()
+    for i in range(runs):
+        time.sleep(max(0.0, t0 + i * SPARK_ALONE_INTERVAL_S - time.monotonic()))
+        run(i)
+    time.sleep(max(0.0, t0 + runs * SPARK_ALONE_INTERVAL_S - time.monotonic()))
+
+
+def run_spark_alone(
+    pipeline: str, lines: int, runs: int = SPARK_ALONE_RUNS, settle_s: float = 0.0
+) -> float | None:
     """:func:`spark_alone` in a child process of its own (a fresh JVM); None if it failed."""
     cmd = [sys.executable, "-m", "bench.cpu_breakdown", "--spark-alone", pipeline,
-           "--lines", str(lines), "--runs", str(runs)]  # fmt: skip
+           "--lines", str(lines), "--runs", str(runs), "--settle", str(settle_s)]  # fmt: skip
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+        cmd,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900 + 2 * settle_s,
+        check=False,
     )
     for line in done.stdout.splitlines():
         if line.startswith(SPARK_ALONE_PREFIX):
@@ -717,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=SPARK_ALONE_RUNS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.spark_alone:
-        core_s = spark_alone(args.spark_alone, args.lines, args.runs)
+        core_s = spark_alone(args.spark_alone, args.lines, args.runs, args.settle)
         print(SPARK_ALONE_PREFIX + json.dumps({"core_s_per_batch": core_s}), flush=True)
         return 0
     rate = args.rate or (QUICK_RATE if args.quick else DEFAULT_RATE)
@@ -747,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     b.take_profile(profiled)
                 if pipeline not in alone:
-                    alone[pipeline] = run_spark_alone(pipeline, rate)
+                    alone[pipeline] = run_spark_alone(pipeline, rate, settle_s=args.settle)
                 b.spark_alone_core_s_per_batch = alone[pipeline]
                 results.append(b)
                 print(_render_detail(b), flush=True)
