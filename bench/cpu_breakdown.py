@@ -16,10 +16,11 @@ before cutting anything. Each system (``spark_receivers``: our ``SocketTextRecei
 child's tree from ``/proc`` every 0.25 s (``bench/proc_cpu.py``); the window starts
 ``--settle`` seconds (default ``SETTLE_S``, 30 s) after the receiver connected, and ends a
 second before the send window does. A JVM planning one batch a second keeps compiling for
-minutes (2026-12-01, 600,000 lines/s: its compilers ran 465 ms/s 45 s after the JVM
-started and 36 ms/s at 175 s), so a short settle counts part of the JIT's warm-up; a
-steady state needs ``--settle 150`` or so and ``--seconds`` beyond it. The JVM's JIT
-compiler threads are counted in the JVM and also shown on a line of their own.
+minutes (2026-12-01, 600,000 lines/s: its compilers ran 84 ms/s 50 s after the JVM
+started and 5-24 ms/s after seven minutes and more), so a short settle counts part of the
+JIT's warm-up; a steadier state needs ``--settle 150`` or more and ``--seconds`` beyond
+it. The JVM's JIT compiler threads are counted in the JVM and also shown on a line of
+their own.
 Per million lines offered in the window it prints each process kind's CPU-seconds: the
 child's Python (the driver: our scheduler, tracker and batch threads; DStream's
 py4j callbacks), the JVM (driver and executor in one, ``local[4]``) with its threads by
@@ -552,7 +553,7 @@ def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> 
     background work between queries (compilers, GC, heartbeats) is counted as it is in the
     stream's window. Without that, Spark alone carried compilation the stream's JVM had
     already finished and came out above the whole stream's JVM (2026-12-01, 600,000 lines:
-    0.20-0.27 core-s per million lines against the stream's JVM at 0.18, 411 s in).
+    0.20-0.27 core-s per million lines against the stream's JVM at 0.18 600-719 s in).
     """
     from bench.child import local_session
     from bench.pipelines import batch_query
@@ -785,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     b.take_profile(profiled)
                 if pipeline not in alone:
-                    alone[pipeline] = run_spark_alone(pipeline, rate, settle_s=args.settle)
+                    settled = b.settle_s if b.settle_s is not None else args.settle
+                    alone[pipeline] = run_spark_alone(pipeline, rate, settle_s=settled)
                 b.spark_alone_core_s_per_batch = alone[pipeline]
                 results.append(b)
                 print(_render_detail(b), flush=True)
