@@ -551,9 +551,11 @@ def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> 
     turn), and the ``runs`` measured runs of each form are paced the same way: the JVM is
     then as far into its JIT warm-up as the stream's was when its window opened, and the
     background work between queries (compilers, GC, heartbeats) is counted as it is in the
-    stream's window. Without that, Spark alone carried compilation the stream's JVM had
-    already finished and came out above the whole stream's JVM (2026-12-01, 600,000 lines:
-    0.20-0.27 core-s per million lines against the stream's JVM at 0.18 600-719 s in).
+    stream's window. Before, Spark alone ran back to back 20 s into its JVM's life and was
+    compared with streams minutes into theirs. Paced, it comes out higher, not lower
+    (2026-12-01, 600,000 lines, 150 s settle: 0.30-0.35 core-s per million lines against
+    0.24-0.27 back to back): a second of a compiling JVM's background per run is as large
+    as the count itself at that rate (decision 0011, "The steady state").
     """
     from bench.child import local_session
     from bench.pipelines import batch_query
