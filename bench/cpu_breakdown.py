@@ -49,10 +49,10 @@ Spark alone (``query_floor``'s method, CPU from ``/proc`` instead of the machine
 cores): the pipeline's query on a batch of the same size already in Spark's memory
 (``local[4]``, 4 partitions), in a child process of its own, after the same JIT warm-up as
 ``query_floor``'s (``SPARK_ALONE_WARM_S`` of word counts), then once a second as the
-stream's batches run: for the same ``--settle`` as the stream's window, then ``runs``
-measured runs (since 2026-12-01; before, the runs went back to back right after the
-warm-up). The rows are held in both of ``query_floor``'s forms (cache, local checkpoint)
-and the cheaper one counts.
+stream's batches run for the same ``--settle`` as the stream's window (since 2026-12-01),
+then ``runs`` measured runs back to back: the query's CPU, with as little of the JVM's
+background as can be (that is counted against the stream). The rows are held in both of
+``query_floor``'s forms (cache, local checkpoint) and the cheaper one counts.
 "Everything but the query" is the system's CPU per million lines minus Spark alone's. It is
 a difference of two processes' figures: read it beside the Python processes' own CPU
 (receiver, keeper, read tasks, driver), which is all outside the query.
@@ -116,7 +116,7 @@ it came out 1.3x query_floor's figure (2026-11-29)."""
 JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 SPARK_ALONE_RUNS = 8
 SPARK_ALONE_INTERVAL_S = 1.0
-"""Spark alone's queries start this far apart, as the stream's 1 s batches do."""
+"""Spark alone's settling queries start this far apart, as the stream's 1 s batches do."""
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 SPARK_ALONE_PREFIX = "SPARK_ALONE "
 PYSPY_RATE = 67  # samples/s per process: a few % of a core for py-spy, little in the target
@@ -548,14 +548,16 @@ def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> 
 
     After ``query_floor``'s warm-up the query runs as a stream's batches do, once a batch
     interval (:data:`SPARK_ALONE_INTERVAL_S`), for ``settle_s`` seconds (the two forms in
-    turn), and the ``runs`` measured runs of each form are paced the same way: the JVM is
-    then as far into its JIT warm-up as the stream's was when its window opened, and the
-    background work between queries (compilers, GC, heartbeats) is counted as it is in the
-    stream's window. Before, Spark alone ran back to back 20 s into its JVM's life and was
-    compared with streams minutes into theirs. Paced, it comes out higher, not lower
-    (2026-12-01, 600,000 lines, 150 s settle: 0.30-0.35 core-s per million lines against
-    0.24-0.27 back to back): a second of a compiling JVM's background per run is as large
-    as the count itself at that rate (decision 0011, "The steady state").
+    turn): the JVM is then about as far into its JIT warm-up as the stream's was when its
+    window opened (a JVM planning a batch a second compiles for minutes; decision 0011,
+    "The steady state"). The ``runs`` measured runs of each form then go back to back, so
+    that the figure is the query's and holds as little of the JVM's background between
+    queries (compilers, GC, heartbeats) as can be: that background is counted against
+    the stream, which is the stricter judge. Measured runs paced once a second, as they
+    were for a few hours on 2026-12-01, gave Spark alone that second of background per
+    run: 0.30-0.35 core-s per million lines against 0.24-0.27 back to back at 600,000
+    lines, and 1.45-1.97 at 150,000 lines with a 30 s settle, which made "everything but
+    the query" negative.
     """
     from bench.child import local_session
     from bench.pipelines import batch_query
@@ -578,13 +580,10 @@ def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> 
         _paced(settle_runs, lambda i: query(frames[i % len(frames)]))
         costs = []
         for df in frames:
-
-            def measured(_i: int, df: Any = df) -> None:
-                query(df)
-
             with proc_cpu.TreeSampler(os.getpid()) as tree:
                 start = tree.mark()
-                _paced(runs, measured)
+                for _ in range(runs):
+                    query(df)
                 end = tree.mark()
                 costs.append(tree.window(start, end).total / runs * lines / n)
         forms["cache"].unpersist(blocking=True)
