@@ -570,12 +570,12 @@ def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> 
         warm_up(spark, LinePool(), SPARK_ALONE_WARM_S)
         n = max(BLOCK_LINES, lines // BLOCK_LINES * BLOCK_LINES)
         base = spark.createDataFrame(lines_table(LinePool(), n)).repartition(4)
-        forms = {"cache": base.cache(), "checkpoint": base.localCheckpoint(eager=True)}
-        forms["cache"].count()
-        for df in forms.values():
+        cached = base.cache()
+        cached.count()
+        frames = [cached, base.localCheckpoint(eager=True)]
+        for df in frames:
             for _ in range(4):  # warm: Python workers, the first shuffle of this form
                 query(df)
-        frames = list(forms.values())
         settle_runs = int(settle_s / SPARK_ALONE_INTERVAL_S)
         _paced(settle_runs, lambda i: query(frames[i % len(frames)]))
         costs = []
@@ -586,7 +586,7 @@ def spark_alone(pipeline: str, lines: int, runs: int, settle_s: float = 0.0) -> 
                     query(df)
                 end = tree.mark()
                 costs.append(tree.window(start, end).total / runs * lines / n)
-        forms["cache"].unpersist(blocking=True)
+        cached.unpersist(blocking=True)
         return min(costs)
     finally:
         spark.stop()
