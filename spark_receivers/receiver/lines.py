@@ -34,15 +34,21 @@ def split_lines(
     array holds copies of the lines: it never points into ``chunk``, which the caller
     may overwrite once this returns.
     """
-    lines = pc.split_pattern(_one_value(chunk), b"\n").values
-    if len(chunk) > max_record_bytes:
-        longest = pc.max(pc.binary_length(lines)).as_py()
-        if longest > max_record_bytes:
-            return None
+    raw = _one_value(chunk)
     try:
-        text = lines.cast(pa.string())  # validates UTF-8
+        # The whole chunk at once: a newline cannot sit inside a UTF-8 sequence, so the chunk
+        # is valid exactly when each of its lines is, and one long run is checked faster than
+        # thousands of short ones (split and check: 64 against 67 ns of CPU a line).
+        whole = raw.cast(pa.large_string() if raw.type == pa.large_binary() else pa.string())
     except pa.ArrowInvalid:
         return None
+    text = pc.split_pattern(whole, "\n").values
+    if len(chunk) > max_record_bytes:
+        longest = pc.max(pc.binary_length(text)).as_py()
+        if longest > max_record_bytes:
+            return None
+    if text.type != pa.string():  # a chunk of 2 GiB or more
+        text = text.cast(pa.string())
     if has_cr is None:
         has_cr = b"\r" in (bytes(chunk) if isinstance(chunk, memoryview) else chunk)
     if has_cr:

@@ -19,7 +19,12 @@ def test_arrow_split_matches_line_by_line_decoding(lines):
 
 @pytest.mark.parametrize(
     ("chunk", "limit"),
-    [(b"ok\nbad \xff\nok", 100), (b"short\n" + b"x" * 50 + b"\nshort", 10)],
+    [
+        (b"ok\nbad \xff\nok", 100),
+        (b"short\n" + b"x" * 50 + b"\nshort", 10),
+        (b"cut \xc3\n\xa9 on", 100),  # a sequence cut by a newline: both lines are bad
+        (b"ok\nends cut \xe4\xb8", 100),
+    ],
 )
 def test_arrow_split_leaves_bad_chunks_to_the_line_by_line_path(chunk, limit):
     assert split_lines(chunk, max_record_bytes=limit) is None
