@@ -38,7 +38,8 @@ def split_lines(
     try:
         # The whole chunk at once: a newline cannot sit inside a UTF-8 sequence, so the chunk
         # is valid exactly when each of its lines is, and one long run is checked faster than
-        # thousands of short ones (split and check: 64 against 67 ns of CPU a line).
+        # thousands of short ones (split and check: 63-64 against 66-71 ns of CPU a line,
+        # bench/results/probes-20261201/utf8_probe.log).
         whole = raw.cast(pa.large_string() if raw.type == pa.large_binary() else pa.string())
     except pa.ArrowInvalid:
         return None
