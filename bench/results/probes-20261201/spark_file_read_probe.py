@@ -8,11 +8,13 @@ into the JVM, columns pruned), or the lines' own bytes read by Spark's text sour
 (``lineSep="\\n"``), instead of an Arrow IPC file that a Python task maps and sends
 through ``mapInArrow`` (what ``spark/block_source.py`` does)? One Spark session with
 the ladder's settings (``local[4]``); 600,000 of the line server's lines as five blocks
-of 120,000 (one second at 600,000 lines/s, 200 ms blocks), written both ways to /tmp.
-Each run builds the batch's DataFrame anew (as each batch does) and runs the query on it;
-the CPU of this process tree (``bench.proc_cpu``), per million lines, the two reads
+of 120,000 (one second at 600,000 lines/s, 200 ms blocks), written the three ways to
+/tmp. Each run builds the batch's DataFrame anew (as each batch does) and runs the query on
+it; the CPU of this process tree (``bench.proc_cpu``), per million lines, the three reads
 alternated, after a warm-up of each. Then the CPU of writing a block each way (this
-process, ``process_time``).
+process, ``process_time``). The log's second part is of an earlier version with the first
+two forms only. The tasks' row ranges are computed here, not by ``split_rows``: equal
+shares of the rows, as ``split_rows`` gives them for blocks of equal size.
 """
 
 import os
