@@ -91,6 +91,8 @@ SYSTEMS = {
     "spark_receivers": "bench.receivers",
     "dstream": "bench.peers",
     "spark_receivers_nocache": "bench.receivers",  # batch cache off (not in the default run)
+    # Parquet spool read by Spark's reader, decision 0026 (not in the default run)
+    "spark_receivers_parquetspool": "bench.receivers",
     "spark_receivers_wal": "bench.receivers",  # receiver WAL on (not in the default run)
     # Through a Spark Connect server (issue 34; not in the default run): the child is the
     # client, its JVM the server's (started by the child), the tracker in the child's Python.

@@ -9,6 +9,8 @@
   directory (``extra["wal"]``); :func:`wal_status` turns that into a verdict that
   ``bench/run.py`` prints in BENCHMARKS.md.
 - ``spark_receivers_nocache``: WAL off, ``batch_cache=False`` (not in the default run).
+- ``spark_receivers_parquetspool``: WAL off, ``batch_parquet_spool=True``: blocks spooled as
+  Parquet and read by Spark's own Parquet reader (decision 0026; not in the default run).
 - ``spark_receivers_connect``: WAL off, through Spark Connect (issue 34; not in the default
   run): the child starts a Connect server of the installed pyspark
   (``spark_receivers.testing.start_connect_server``: ``local[4]``, the same
@@ -63,6 +65,7 @@ __all__ = [
     "run_spark_receivers",
     "run_spark_receivers_connect",
     "run_spark_receivers_nocache",
+    "run_spark_receivers_parquetspool",
     "run_spark_receivers_wal",
     "wal_status",
 ]
@@ -115,6 +118,13 @@ run_spark_receivers_nocache: Runner = partial(
 )
 """spark-receivers with ``batch_cache=False`` (every action reads the blocks again): what the
 batch cache costs a one-action pipeline and saves a two-action one. Not in the default run."""
+
+
+run_spark_receivers_parquetspool: Runner = partial(
+    run_child_session, "spark_receivers_parquetspool", "bench.receivers"
+)
+"""spark-receivers with ``batch_parquet_spool=True`` (Parquet spool files read by Spark's own
+reader): what it saves or costs against the default (decision 0026). Not in the default run."""
 
 
 def wal_status(steps: Sequence[StepResult]) -> str:
@@ -173,6 +183,7 @@ def _spark_receivers(
     *,
     wal: bool,
     batch_cache: bool = True,
+    parquet_spool: bool = False,
     feed: Feed | None = None,
     connect: bool = False,
 ) -> Stop:
@@ -224,6 +235,7 @@ def _spark_receivers(
     # Bounded stop: the harness drains before stopping, so nothing is left to serve.
     config = StreamingConfig(
         batch_cache=batch_cache,
+        batch_parquet_spool=parquet_spool,
         receiver_wal_enabled=wal,
         receiver_drain_timeout_s=5.0,
         receiver_stop_timeout_s=5.0,
@@ -502,6 +514,10 @@ def _no_cache(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     return _spark_receivers(args, recorder, wal=False, batch_cache=False)
 
 
+def _parquet_spool(args: ChildArgs, recorder: BatchRecorder) -> Stop:
+    return _spark_receivers(args, recorder, wal=False, parquet_spool=True)
+
+
 def _connect(args: ChildArgs, recorder: BatchRecorder) -> Stop:
     return _spark_receivers(args, recorder, wal=False, connect=True)
 
@@ -510,6 +526,7 @@ PIPELINES: dict[str, Pipeline] = {
     "spark_receivers": _wal_off,
     "spark_receivers_wal": _wal_on,
     "spark_receivers_nocache": _no_cache,
+    "spark_receivers_parquetspool": _parquet_spool,
     "spark_receivers_connect": _connect,
 }
 

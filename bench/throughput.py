@@ -41,6 +41,7 @@ from bench.receivers import (
     run_spark_receivers,
     run_spark_receivers_connect,
     run_spark_receivers_nocache,
+    run_spark_receivers_parquetspool,
     run_spark_receivers_wal,
     wal_status,
 )
@@ -56,6 +57,8 @@ SYSTEMS: dict[str, Runner] = {
     "spark_receivers": run_spark_receivers,  # receiver WAL off
     "spark_receivers_wal": run_spark_receivers_wal,  # receiver and driver WAL on
     "spark_receivers_nocache": run_spark_receivers_nocache,  # batch_cache=False
+    # Arrow spool files read by mapInArrow, as before decision 0026
+    "spark_receivers_parquetspool": run_spark_receivers_parquetspool,
     # through a Spark Connect server the child starts first (issue 34)
     "spark_receivers_connect": run_spark_receivers_connect,
     # fed through a redis-server, WAL on; issue 33's positions cost (bench/redis_positions.py)

@@ -165,6 +165,8 @@ class JobScheduler:
             **self._network.endpoint_kwargs(),
         )
         address = self._endpoint.address
+        # Local mode: receivers spool Parquet, read by Spark's own reader (decision 0026).
+        parquet_spool = block_source.spark_reads_spool(self._side, cfg)
         self._batches = BatchReader(
             spark,
             secret,
@@ -178,18 +180,27 @@ class JobScheduler:
             # Left to its default, a small batch is read by fewer tasks (batch_reader.py).
             0 if config.batch_read_partitions else BatchReader.ROWS_PER_READ_TASK,
             tracker=address,
+            parquet_spool=parquet_spool,
         )
-        overrides = {}
+        # A structured stream's blocks are read by its source's Python tasks, which map an
+        # Arrow file and would have to decode a Parquet one: they stay Arrow files.
+        overrides: dict[int, dict[str, Any]] = {
+            s: {"batch_parquet_spool": False} for s in graph.structured_ids
+        }
         if cfg.receiver_wal_enabled:
             # A structured stream's blocks are read whenever a query gets to them, from
             # the WAL once the receiver is gone: nothing to keep serving after a stop.
-            overrides = {
-                s: {"receiver_drain_timeout_s": OFFSET_STREAM_DRAIN_S} for s in graph.structured_ids
-            }
+            for s in graph.structured_ids:
+                overrides[s]["receiver_drain_timeout_s"] = OFFSET_STREAM_DRAIN_S
         self.launcher = (launcher_factory or ReceiverLauncher)(
             self._side,
             task_specs(
-                graph.receivers, address, secret, cfg.as_dict(), overrides, app_id=self._side.app_id
+                graph.receivers,
+                address,
+                secret,
+                {**cfg.as_dict(), "batch_parquet_spool": parquet_spool},
+                overrides,
+                app_id=self._side.app_id,
             ),
             cfg.receiver_restart_delay_ms,
             self.fail,

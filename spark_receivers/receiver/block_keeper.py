@@ -19,12 +19,13 @@ A keeper is an authenticated Arrow Flight endpoint (the context's secret):
 * ``AdoptBlock`` keeps a block a receiver of the same host wrote as an Arrow IPC
   file into the keeper's *spool* directory (named on the keeper's start line;
   ``receiver/block_spool.py``): the keeper maps the file and keeps it, and the
-  mapped table, until the block is removed — the block's bytes are written once,
-  neither side serializes them into gRPC messages (issue 31 item 4: a ``do_put``
-  cost the keeper 0.11-0.13 core-seconds per million 100-byte lines, the file 0.04
-  in all; decision 0011), and a batch's read task on the same host maps the file
-  instead of a ``do_get``. Files a receiver wrote but never handed over (it died in
-  between) are swept after ``SPOOL_ORPHAN_S``;
+  mapped table, until the block is removed (a Parquet file, in local mode: only its
+  footer is read, the block is decoded if a ``do_get`` asks for it) — the block's
+  bytes are written once, neither side serializes them into gRPC messages (issue 31
+  item 4: a ``do_put`` cost the keeper 0.11-0.13 core-seconds per million 100-byte
+  lines, the file 0.04 in all; decision 0011), and a batch's read task on the same
+  host maps the file instead of a ``do_get``. Files a receiver wrote but never
+  handed over (it died in between) are swept after ``SPOOL_ORPHAN_S``;
 * ``RemoveBlocks`` drops blocks whose batch completed (sent by the driver to
   every copy), and their spool files; ``ReleaseKeeper`` drops everything and ends
   the process (the context stopped); ``DescribeKeeper`` says what it holds.
@@ -51,12 +52,14 @@ import pyarrow as pa
 from spark_receivers.errors import RpcError, StateError
 from spark_receivers.receiver.block_spool import (
     ALIVE_FILE,
+    PARQUET_SUFFIX,
     SPOOL_ORPHAN_S,
-    SPOOL_SUFFIX,
     NotOurFileError,
     close_quietly,
+    is_spool_file,
     make_spool,
     map_spool_file,
+    spool_file_rows,
     sweep_dead_spools,
 )
 from spark_receivers.receiver.block_store import BlockStore
@@ -224,28 +227,26 @@ class BlockKeeper:
         """Keep the block a local receiver wrote into the spool (see the module doc)."""
         m.StreamBlockId.parse(message.block_id)
         name = message.file
-        if (
-            not self.spool_dir
-            or os.path.basename(name) != name
-            or not name.startswith(message.block_id + ".")
-            or not name.endswith(SPOOL_SUFFIX)
-        ):
+        if not self.spool_dir or not is_spool_file(name, message.block_id):
             msg = (
                 f"AdoptBlock of {message.block_id}: {name!r:.120} is not a block file of this "
-                "keeper's spool (a bare name, <block id>.<nonce>.arrow)"
+                "keeper's spool (a bare name, <block id>.<nonce>.arrow or .parquet)"
             )
             raise RpcError(msg)
         if self._released.is_set():
             msg = "this block keeper was released: its context stopped"
             raise StateError(msg)
         path = os.path.join(self.spool_dir, name)
+        parquet = name.endswith(PARQUET_SUFFIX)
         try:
-            table = map_spool_file(path)
+            # Parquet (local mode): the footer only; the block is decoded if a fetch asks.
+            kept = spool_file_rows(path) if parquet else map_spool_file(path)
         except NotOurFileError as e:
             msg = f"AdoptBlock of {message.block_id}: {e}"
             raise RpcError(msg) from None
         except (OSError, pa.ArrowInvalid) as e:
-            msg = f"AdoptBlock of {message.block_id}: could not map {name}: {e}"
+            how = "read the Parquet footer of" if parquet else "map"
+            msg = f"AdoptBlock of {message.block_id}: could not {how} {name}: {e}"
             raise RpcError(msg) from None
         # Kept (and mapped) until the block is removed: read tasks of this host map it too.
         with self._files_lock:
@@ -253,7 +254,11 @@ class BlockKeeper:
             self._files[message.block_id] = path
         if replaced is not None and replaced != path:
             _unlink(replaced)
-        self.store.put(message.block_id, table, message.generated_ms, message.use_disk, path)
+        if isinstance(kept, pa.Table):
+            self.store.put(message.block_id, kept, message.generated_ms, message.use_disk, path)
+        else:
+            rows, size = kept
+            self.store.put_file(message.block_id, path, rows, size, message.generated_ms)
         return True
 
     def remove(self, block_ids: tuple[str, ...] | list[str]) -> int:

@@ -36,11 +36,17 @@ from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from spark_receivers.config import StreamingConfig
 from spark_receivers.errors import BlockStoreError, RpcError
 from spark_receivers.receiver.block_keeper import KeeperSettings
-from spark_receivers.receiver.block_spool import spool_file_name
+from spark_receivers.receiver.block_spool import (
+    PARQUET_SUFFIX,
+    SPOOL_SUFFIX,
+    parquet_spool_schema,
+    spool_file_name,
+)
 from spark_receivers.receiver.block_store import BlockStore
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper
 from spark_receivers.receiver.storage_level import StorageLevel
@@ -155,6 +161,7 @@ class KeeperSink:
         timeout_s: float,
         clock: Clock | None = None,
         refresh_s: float = 5.0,
+        parquet_spool: bool = False,
     ) -> None:
         self.stream_id = stream_id
         self.executor_id = executor_id
@@ -174,6 +181,9 @@ class KeeperSink:
         self._copies: int | None = None
         self._closing = False
         self._spool_failed = False
+        self._parquet_spool = parquet_spool
+        """Spool files as Parquet where the schema allows (local mode; the driver decides)."""
+        self._parquet_schema: tuple[pa.Schema, bool] | None = None
         self._pool = cf.ThreadPoolExecutor(
             max(2, level.replication), thread_name_prefix=f"receiver-{stream_id}-replica"
         )
@@ -294,7 +304,7 @@ class KeeperSink:
         client = self._client_of(keeper.address)
         if keeper.spool_dir:
             try:
-                path = write_spool_file(keeper.spool_dir, name, table)
+                path = write_spool_file(keeper.spool_dir, name, table, self._as_parquet(table))
             except OSError as e:  # the spool's disk is full or gone: this block goes by put
                 if not self._spool_failed:
                     self._spool_failed = True
@@ -318,6 +328,15 @@ class KeeperSink:
                     return str(path)
         client.put_table(command, table, self._timeout_s)
         return None
+
+    def _as_parquet(self, table: pa.Table) -> bool:
+        """Whether ``table``'s spool file is Parquet (judged once per schema)."""
+        if not self._parquet_spool:
+            return False
+        judged = self._parquet_schema
+        if judged is None or not judged[0].equals(table.schema):
+            judged = self._parquet_schema = (table.schema, parquet_spool_schema(table.schema))
+        return judged[1]
 
     def _put_replicas(self, command: bytes, table: pa.Table, count: int) -> list[str]:
         placed: list[str] = []
@@ -434,14 +453,17 @@ def _preallocate(fd: int, size: int) -> None:
         raise OSError(err, f"no room for a block of {size:,} bytes: {os.strerror(err)}")
 
 
-def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
-    """Write block ``name`` as an Arrow IPC file (uncompressed) into a keeper's spool.
+def write_spool_file(spool_dir: str, name: str, table: pa.Table, parquet: bool = False) -> Path:
+    """Write block ``name`` into a keeper's spool: an Arrow IPC file, or Parquet (uncompressed).
 
-    The name is new (a random nonce, created exclusively): a keeper's ``AdoptBlock`` maps
-    it and keeps it until the block is removed. A file that could not be written whole is
-    deleted before raising.
+    Parquet (``parquet``; local mode, ``spark.receivers.batch.parquetSpool``) is written
+    plain: no compression, no dictionary, no statistics, as Spark's reader reads it at
+    least cost (decision 0026). The name is new (a random nonce, created exclusively): a
+    keeper's ``AdoptBlock`` keeps it until the block is removed. A file that could not be
+    written whole is deleted before raising.
     """
-    path = Path(spool_dir) / spool_file_name(name, secrets.token_hex(6))
+    suffix = PARQUET_SUFFIX if parquet else SPOOL_SUFFIX
+    path = Path(spool_dir) / spool_file_name(name, secrets.token_hex(6), suffix)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     batches = max((column.num_chunks for column in table.columns), default=0)
     try:
@@ -458,9 +480,18 @@ def write_spool_file(spool_dir: str, name: str, table: pa.Table) -> Path:
         with (
             pa.OSFile(str(path), "ab") as raw,
             pa.BufferedOutputStream(raw, _SPOOL_WRITE_BUFFER) as sink,
-            pa.ipc.new_file(sink, table.schema) as writer,
         ):
-            writer.write_table(table)
+            if parquet:
+                pq.write_table(
+                    table,
+                    sink,
+                    compression="none",
+                    use_dictionary=False,
+                    write_statistics=False,
+                )
+            else:
+                with pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -519,6 +550,7 @@ def keeper_sink(
         lambda address: EndpointClient(address, secret, tls=config.tls),
         config.block_store_timeout_s,
         clock,
+        parquet_spool=config.batch_parquet_spool,
     )
 
 

@@ -9,6 +9,12 @@ the same host maps the same file (:func:`read_spooled`) instead of fetching the 
 the keeper over Arrow Flight: the block is written once and read in place (issue 31, item 4;
 decision 0011). A reader on another host, or one that finds no file, fetches as before.
 
+In local mode with ``spark.receivers.batch.parquetSpool`` on (off by default; decision
+0026) the file is Parquet
+instead (``<block id>.<nonce>.parquet``, written only for a schema Spark reads back as it
+is: :func:`parquet_spool_schema`): the batch is then read by Spark's own Parquet reader,
+with no Python read task, and the keeper reads only the file's footer when it adopts it.
+
 **Alive, or gone with its keeper**: the keeper holds an exclusive ``flock`` on the spool's
 ``.alive`` file as long as it runs; the kernel drops it when the process ends, however it
 ends. A reader maps a block's file only while that lock is held, so a block lives as long
@@ -32,21 +38,28 @@ import tempfile
 import time
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ALIVE_FILE",
+    "PARQUET_SUFFIX",
     "SPOOL_ORPHAN_S",
     "SPOOL_PREFIX",
     "SPOOL_SUFFIX",
     "NotOurFileError",
     "close_quietly",
+    "is_our_file",
+    "is_spool_file",
     "make_spool",
     "map_spool_file",
+    "parquet_spool_schema",
+    "read_block_file",
     "read_spooled",
     "spool_alive",
     "spool_file_name",
+    "spool_file_rows",
     "sweep_dead_spools",
 ]
 
@@ -55,6 +68,8 @@ SPOOL_ORPHAN_S = 120.0
 receiver writes and hands over a block within its put timeout): swept."""
 SPOOL_PREFIX = "block-spool-"
 SPOOL_SUFFIX = ".arrow"
+PARQUET_SUFFIX = ".parquet"
+"""The suffix of a spool file written as Parquet (local mode, ``batch.parquetSpool``)."""
 ALIVE_FILE = ".alive"
 DEAD_SPOOL_MIN_AGE_S = 60.0
 """A spool without a live keeper is removed only when at least this old: a keeper that is
@@ -65,25 +80,118 @@ class NotOurFileError(OSError):
     """A spool path that is not a regular file of this user (a link, a directory...)."""
 
 
+def is_our_file(path: str) -> bool:
+    """Whether ``path`` is a regular file of this user (a link is refused, not followed)."""
+    try:
+        _check_ours(path)
+    except OSError:
+        return False
+    return True
+
+
+def _check_ours(path: str) -> None:
+    """Raise :class:`NotOurFileError` unless ``path`` is a regular file of this user.
+
+    Judged from its ``lstat``: a link is refused, not followed.
+    """
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        msg = f"{os.path.basename(path)} is not a regular file of ours"
+        raise NotOurFileError(msg)
+
+
+def read_block_file(path: str) -> pa.Table:
+    """The table of a block file: an Arrow IPC file mapped (no copy), or Parquet decoded.
+
+    Told apart by the suffix (:data:`PARQUET_SUFFIX`); raises ``OSError`` or
+    ``pyarrow.ArrowInvalid`` when the file cannot be read.
+    """
+    if path.endswith(PARQUET_SUFFIX):
+        return pq.read_table(path, memory_map=True)
+    with pa.memory_map(path) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
 def map_spool_file(path: str) -> pa.Table:
-    """The table of the Arrow IPC file at ``path``, mapped (no copy).
+    """The table of the spool file at ``path`` (an Arrow IPC file: mapped, no copy).
 
     The keeper's adopt and the readers' map both come here. Raises
     :class:`NotOurFileError` when ``path`` is not a regular file of this user (judged from
     its ``lstat``: a link is refused, not followed), else ``OSError`` or
     ``pyarrow.ArrowInvalid`` when it cannot be read.
     """
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-        msg = f"{os.path.basename(path)} is not a regular file of ours"
-        raise NotOurFileError(msg)
-    with pa.memory_map(path) as source:
-        return pa.ipc.open_file(source).read_all()
+    _check_ours(path)
+    return read_block_file(path)
 
 
-def spool_file_name(block_id: str, nonce: str) -> str:
+def spool_file_rows(path: str) -> tuple[int, int]:
+    """The rows and bytes of the Parquet spool file at ``path``, from its footer alone.
+
+    What a keeper adopting a Parquet block reads (it decodes the block only to serve it
+    over Flight). Raises as :func:`map_spool_file`.
+    """
+    _check_ours(path)
+    meta = pq.read_metadata(path)
+    return meta.num_rows, os.stat(path).st_size
+
+
+_SPARK_PARQUET_LEAVES = (
+    pa.types.is_boolean,
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_date32,
+    pa.types.is_decimal128,
+)
+
+
+def _spark_reads_back(t: pa.DataType) -> bool:
+    if pa.types.is_unsigned_integer(t) or pa.types.is_float16(t):
+        return False
+    if pa.types.is_timestamp(t):
+        return t.unit != "ns"  # Spark refuses TIMESTAMP(NANOS); s is written as ms
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _spark_reads_back(t.value_type)
+    if pa.types.is_map(t):
+        return _spark_reads_back(t.key_type) and _spark_reads_back(t.item_type)
+    if pa.types.is_struct(t):
+        return _names_apart([t.field(i).name for i in range(t.num_fields)]) and all(
+            _spark_reads_back(t.field(i).type) for i in range(t.num_fields)
+        )
+    return any(check(t) for check in _SPARK_PARQUET_LEAVES)
+
+
+def _names_apart(names: list[str]) -> bool:
+    """No two names equal but for case (Spark matches Parquet columns without case)."""
+    return len({n.lower() for n in names}) == len(names)
+
+
+def parquet_spool_schema(schema: pa.Schema) -> bool:
+    """Whether blocks of ``schema`` may be spooled as Parquet for Spark's reader.
+
+    Only types Spark's Parquet reader gives back as the batch's own Spark types
+    (booleans, signed integers, floats, strings, binary, dates, decimals, timestamps
+    but in nanoseconds, and lists, maps and structs of them) and names that differ
+    other than by case; blocks of any other schema stay Arrow IPC files.
+    """
+    return _names_apart(schema.names) and all(_spark_reads_back(f.type) for f in schema)
+
+
+def spool_file_name(block_id: str, nonce: str, suffix: str = SPOOL_SUFFIX) -> str:
     """The name a receiver gives the spool file of ``block_id`` (``nonce``: its own, unique)."""
-    return f"{block_id}.{nonce}{SPOOL_SUFFIX}"
+    return f"{block_id}.{nonce}{suffix}"
+
+
+def is_spool_file(name: str, block_id: str) -> bool:
+    """Whether ``name`` is a bare spool file name for ``block_id`` (either format)."""
+    return (
+        os.path.basename(name) == name
+        and name.startswith(block_id + ".")
+        and (name.endswith(SPOOL_SUFFIX) or name.endswith(PARQUET_SUFFIX))
+    )
 
 
 def make_spool(parent: str) -> tuple[str, int]:
@@ -163,8 +271,7 @@ def read_spooled(path: str, block_id: str, num_records: int) -> pa.Table | None:
     not hold ``num_records`` records. The table maps the file: it stays readable after the
     keeper removes the block (the pages go with the last mapping).
     """
-    name = os.path.basename(path)
-    if not (name.startswith(block_id + ".") and name.endswith(SPOOL_SUFFIX)):
+    if not is_spool_file(os.path.basename(path), block_id):
         return None
     if not spool_alive(os.path.dirname(path)):
         return None

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from spark_receivers.errors import BlockNotFoundError
+from spark_receivers.receiver.block_spool import read_block_file
 from spark_receivers.receiver.storage_level import StorageLevel
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,21 @@ class BlockStore:
                 self._disk_bytes += size
         return size
 
+    def put_file(
+        self, name: str, file: str, num_rows: int, size_bytes: int, generated_ms: int
+    ) -> None:
+        """Keep a block as ``file`` (a spool file its caller owns), decoded only when read.
+
+        Counted with the bytes on disk: the store holds none of it in memory.
+        """
+        entry = _Entry(None, file, generated_ms, size_bytes, num_rows, owns_file=False)
+        with self._lock:
+            old = self._blocks.pop(name, None)
+            if old is not None:
+                self._drop(old)
+            self._blocks[name] = entry
+            self._disk_bytes += size_bytes
+
     def get(self, name: str) -> pa.Table:
         """Return a block; raise :class:`BlockNotFoundError` when it is not here."""
         with self._lock:
@@ -118,8 +134,7 @@ class BlockStore:
         if entry.table is not None:
             return entry.table
         assert entry.path is not None
-        with pa.memory_map(entry.path) as source:
-            return ipc.open_file(source).read_all()
+        return read_block_file(entry.path)
 
     def remove(self, names: list[str] | tuple[str, ...]) -> int:
         """Drop blocks by name; return how many were here."""

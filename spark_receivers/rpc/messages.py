@@ -63,9 +63,9 @@ class ReceivedBlockInfo:
     write-ahead log record when the receiver WAL is on. ``position`` is the source
     position the block covers, as the receiver wrote it with ``store(..., position=...)``
     (opaque to the driver: a Redis entry id, a file offset...); None when it gave none.
-    ``local_file`` is the first copy's Arrow IPC file in its keeper's spool: a read task on
-    that host maps it while the keeper lives, instead of fetching the block
-    (``receiver/block_spool.py``); None when the first copy went by a put.
+    ``local_file`` is the first copy's file in its keeper's spool (Arrow IPC, or Parquet in
+    local mode): a read on that host reads it while the keeper lives, instead of fetching
+    the block (``receiver/block_spool.py``); None when the first copy went by a put.
     """
 
     stream_id: int

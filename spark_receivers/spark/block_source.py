@@ -11,6 +11,15 @@ cannot be read fails the batch with an error that names it — or, with
 ``lost_block_policy=skip``, is left out and reported to the driver's tracker
 (``ReportLostBlock``): never silently skipped.
 
+**In local mode, when turned on** (``spark.receivers.batch.parquetSpool``, off by default;
+decision 0026) the receivers of
+this host write their blocks' spool files as Parquet, and the blocks whose file is in a
+live keeper's spool are read by Spark's own Parquet reader
+(``spark.read.schema(...).parquet(files)``): no Python read task, no Arrow-to-rows
+conversion in the JVM. The other blocks of the batch (no file, a keeper gone) are read by
+the ``mapInArrow`` above, and the two are one DataFrame (``union``). Spark orders a
+read's files by size, so rows come block by block but not in block order.
+
 Why not the Python Data Source API (used until 2026-11-28, decision 0019): a data source
 is planned for every new DataFrame, by Python planner processes on the driver (create the
 source, plan the read), and every batch is a new DataFrame. That planning was the largest
@@ -30,6 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from spark_receivers.receiver.block_spool import (
+    PARQUET_SUFFIX,
+    SPOOL_PREFIX,
+    is_our_file,
+    is_spool_file,
+    spool_alive,
+)
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.rpc.tls import TlsConfig
 from spark_receivers.spark.cluster import is_local_master
@@ -38,6 +54,9 @@ from spark_receivers.spark.worker_heap import freeze_in_task
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from spark_receivers.config import StreamingConfig
+    from spark_receivers.spark.session_kind import SparkSide
 
 SECRET_OPTION = "auth_secret"  # matches spark.redaction.regex, so plans redact it
 BATCH_ALIAS_PREFIX = "spark_receivers_batch_"
@@ -221,6 +240,65 @@ def default_read_partitions(sc: Any, receivers: int, configured: int = 0) -> int
     return max(1, free)
 
 
+def spark_reads_spool(side: SparkSide, config: StreamingConfig) -> bool:
+    """Whether a context's batches read spooled Parquet blocks with Spark's reader.
+
+    ``spark.receivers.batch.parquetSpool`` on, with keepers that keep a spool, in a
+    classic session of local mode: there the driver's JVM runs every task, on the host
+    whose keepers hold the files. Decided once by the driver, which tells the receivers
+    (their task's config) and its batch reader.
+    """
+    return (
+        config.batch_parquet_spool
+        and config.block_keeper_enabled
+        and config.block_keeper_spool
+        and side.kind == "classic"
+        and is_local_master(side.master)
+    )
+
+
+def spooled_parquet(blocks: Sequence[ReceivedBlockInfo]) -> list[ReceivedBlockInfo]:
+    """The blocks of ``blocks`` held as Parquet files in the spool of a keeper that lives.
+
+    A keeper's files stay until the driver removes their blocks (after the batch), or
+    until its spool is swept a minute after the keeper is gone: a block whose keeper is
+    gone now is read by ``mapInArrow`` (a replica, or the WAL).
+    """
+    alive: dict[str, bool] = {}
+    found = []
+    for b in blocks:
+        path = b.local_file
+        if path is None or not path.endswith(PARQUET_SUFFIX):
+            continue
+        spool = os.path.dirname(path)
+        if spool not in alive:
+            ours = os.path.basename(spool).startswith(SPOOL_PREFIX)
+            alive[spool] = ours and spool_alive(spool)
+        # Only a spool's own block file: the path came from a receiver, Spark opens it.
+        name = os.path.basename(path)
+        if alive[spool] and is_spool_file(name, b.block_id) and is_our_file(path):
+            found.append(b)
+    return found
+
+
+FILES_PER_READ = 32
+"""At most this many files in one ``spark.read.parquet``: Spark lists more with a job of
+their own (``spark.sql.sources.parallelPartitionDiscovery.threshold``, 32 by default);
+a batch of more files is read as a union of reads."""
+
+
+def _parquet_read(spark: SparkSession, files: list[str], schema: StructType) -> DataFrame:
+    """Spark's Parquet reader over ``files`` (unions of :data:`FILES_PER_READ`)."""
+    reads = [
+        spark.read.schema(schema).parquet(*files[i : i + FILES_PER_READ])
+        for i in range(0, len(files), FILES_PER_READ)
+    ]
+    df = reads[0]
+    for more in reads[1:]:
+        df = df.union(more)
+    return df
+
+
 def blocks_dataframe(
     spark: SparkSession,
     blocks: Sequence[ReceivedBlockInfo],
@@ -232,6 +310,7 @@ def blocks_dataframe(
     tracker: str | None = None,
     tls: TlsConfig | None = None,
     batch_key: str | None = None,
+    parquet_spool: bool = False,
 ) -> DataFrame:
     """A DataFrame over ``blocks`` (an empty one when there are none).
 
@@ -239,7 +318,8 @@ def blocks_dataframe(
     ``max_partitions`` defaults to Spark's default parallelism;
     ``lost_block_policy`` ``skip`` leaves out a block in no store (reported to
     the ``tracker`` endpoint) instead of failing the read; ``batch_key`` names the
-    batch in plans (:func:`batch_alias`).
+    batch in plans (:func:`batch_alias`); ``parquet_spool`` (:func:`spark_reads_spool`):
+    the blocks spooled as Parquet by a live keeper are read by Spark's Parquet reader.
     """
     if not blocks:
         return spark.createDataFrame([], schema)
@@ -247,7 +327,17 @@ def blocks_dataframe(
         from spark_receivers.spark.session_kind import spark_side
 
         max_partitions = spark_side(spark).default_parallelism()
-    runs = split_rows([asdict(b) for b in blocks], max(1, max_partitions))
-    read = BlockRead(runs, schema, secret, checkpoint_dir, lost_block_policy, tracker, tls)
-    df = spark.range(0, len(runs), 1, len(runs)).mapInArrow(read, schema)
+    spooled = spooled_parquet(blocks) if parquet_spool else []
+    rest = list(blocks)
+    df: DataFrame | None = None
+    if spooled:
+        df = _parquet_read(spark, [b.local_file for b in spooled if b.local_file], schema)
+        taken = {b.block_id for b in spooled}
+        rest = [b for b in blocks if b.block_id not in taken]
+    if rest:
+        runs = split_rows([asdict(b) for b in rest], max(1, max_partitions))
+        read = BlockRead(runs, schema, secret, checkpoint_dir, lost_block_policy, tracker, tls)
+        mapped = spark.range(0, len(runs), 1, len(runs)).mapInArrow(read, schema)
+        df = mapped if df is None else df.union(mapped)
+    assert df is not None
     return df.alias(batch_alias(batch_key)) if batch_key else df

@@ -145,3 +145,37 @@ def test_tracker_refuses_strangers_and_keeps_running(spark):
     with pytest.raises(RpcError):
         client.call(m.AddBlock(m.ReceivedBlockInfo(0, "input-0-1-1", 1, 0, "127.0.0.1:1")))
     assert_nothing_of_ours_left(spark)
+
+
+@pytest.mark.parametrize("parquet_spool", [True, False])
+def test_local_batches_read_spooled_parquet_with_sparks_reader_unless_turned_off(
+    spark, parquet_spool
+):
+    from spark_receivers import StreamingConfig
+
+    records = [f"record-{i:05d}" for i in range(3_000)]
+    config = StreamingConfig(batch_parquet_spool=parquet_spool)
+    ssc = StreamingContext(spark, batch_interval_ms=500, config=config)
+    stream = ssc.receiver_stream(SequenceReceiver(records, mode="mixed", chunk=100))
+    seen: list[str] = []
+    files: list[str] = []
+    lock = threading.Lock()
+
+    def collect(df, batch_time_ms):
+        values = [r.value for r in df.collect()]
+        with lock:
+            seen.extend(values)
+            files.extend(df.inputFiles())
+
+    stream.foreach_batch(collect)
+    ssc.start()
+    try:
+        assert wait_until(lambda: len(seen) >= len(records), 120), f"only {len(seen)} arrived"
+    finally:
+        ssc.stop(graceful=True)
+    assert sorted(seen) == records  # each record exactly once
+    if parquet_spool:  # every block came from a keeper's spool, read by Spark's reader
+        assert files and all(f.endswith(".parquet") and "/block-spool-" in f for f in files)
+    else:
+        assert files == []
+    assert_nothing_of_ours_left(spark)

@@ -26,14 +26,19 @@ from spark_receivers.errors import (
     ConfigError,
     RpcError,
 )
-from spark_receivers.receiver import block_placement
+from spark_receivers.receiver import block_keeper, block_placement
 from spark_receivers.receiver.block_keeper import BlockKeeper, KeeperSettings, process_alive
 from spark_receivers.receiver.block_placement import (
     KeeperSink,
     effective_level,
     write_spool_file,
 )
-from spark_receivers.receiver.block_spool import map_spool_file, spool_alive, sweep_dead_spools
+from spark_receivers.receiver.block_spool import (
+    map_spool_file,
+    parquet_spool_schema,
+    spool_alive,
+    sweep_dead_spools,
+)
 from spark_receivers.receiver.keeper_process import KeeperHandle, ensure_local_keeper, keeper_dir
 from spark_receivers.receiver.storage_level import StorageLevel
 from spark_receivers.rpc import messages as m
@@ -111,7 +116,13 @@ class StandInDriver:
 
 
 def sink_for(
-    keeper, secret, driver, level=StorageLevel.MEMORY_AND_DISK_2, clock=None, restarts=None
+    keeper,
+    secret,
+    driver,
+    level=StorageLevel.MEMORY_AND_DISK_2,
+    clock=None,
+    restarts=None,
+    parquet_spool=False,
 ):
     """A sink whose local keeper is ``keeper``; ``restarts`` records each ``local(restart)``."""
     handle_of = KeeperHandle(keeper.address, os.getpid(), 0, keeper.spool_dir)
@@ -131,6 +142,7 @@ def sink_for(
         lambda address: EndpointClient(address, secret),
         timeout_s=5.0,
         clock=clock or ManualClock(0),
+        parquet_spool=parquet_spool,
     )
 
 
@@ -314,6 +326,81 @@ def test_a_keeper_that_refuses_the_file_gets_the_block_by_put_and_is_not_replace
     assert here.store.get("input-0-1-0") == table(3)  # by put, from the same keeper
     assert os.listdir(here.spool_dir) == [".alive"]  # the refused file was deleted
     assert True not in restarts  # a refusal is not a dead keeper
+    sink.close()
+
+
+def test_a_parquet_block_is_adopted_from_its_footer_alone_and_decoded_only_when_fetched(
+    spooling, secret, monkeypatch
+):
+    here = spooling[0]
+    sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK, parquet_spool=True)
+
+    def no_decode(path):
+        raise AssertionError(f"the keeper decoded {path} to adopt it")
+
+    monkeypatch.setattr(block_keeper, "map_spool_file", no_decode)
+    placed = sink.put("input-0-1-0", table(5), 0)
+    assert placed.local_file is not None and placed.local_file.endswith(".parquet")
+    size = os.path.getsize(placed.local_file)
+    assert here.store.memory_bytes == 0 and here.store.disk_bytes == size  # a file, not memory
+    client = EndpointClient(here.address, secret)
+    assert client.read_table(b"input-0-1-0") == table(5)  # a do_get decodes it
+    assert client.call(m.DescribeKeeper())["disk_bytes"] == size
+    # A read task of this host reads the file itself: no keeper answers at this endpoint.
+    info = m.ReceivedBlockInfo(0, "input-0-1-0", 5, 0, "127.0.0.1:9", local_file=placed.local_file)
+    assert fetch_block(info, secret, timeout_s=5) == table(5)
+    sink.remove("input-0-1-0", placed.locations)
+    assert not os.path.exists(placed.local_file) and here.store.disk_bytes == 0
+    client.close()
+    sink.close()
+
+
+def test_a_file_named_parquet_that_is_not_parquet_is_refused_and_left_to_its_writer(
+    spooling, secret
+):
+    keeper = spooling[0]
+    client = EndpointClient(keeper.address, secret)
+    fake = os.path.join(keeper.spool_dir, "input-0-1-0.abc.parquet")
+    with open(fake, "wb") as f:
+        f.write(b"not parquet at all")
+    with pytest.raises(RpcError, match="could not read the Parquet footer of"):
+        client.call(m.AdoptBlock("input-0-1-0", 1, True, "input-0-1-0.abc.parquet"))
+    assert os.path.exists(fake) and keeper.store.disk_bytes == 0
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "spooled_as_parquet"),
+    [
+        (pa.string(), True),
+        (pa.large_string(), True),
+        (pa.int8(), True),
+        (pa.timestamp("us", tz="UTC"), True),
+        (pa.timestamp("ms"), True),
+        (pa.decimal128(12, 3), True),
+        (pa.list_(pa.struct([("k", pa.string()), ("v", pa.float64())])), True),
+        (pa.map_(pa.string(), pa.int64()), True),
+        (pa.timestamp("ns", tz="UTC"), False),  # Spark refuses TIMESTAMP(NANOS)
+        (pa.uint32(), False),
+        (pa.duration("us"), False),
+        (pa.null(), False),
+        (pa.list_(pa.uint8()), False),
+    ],
+)
+def test_blocks_are_spooled_as_parquet_only_for_types_spark_reads_back_as_they_are(
+    arrow_type, spooled_as_parquet
+):
+    assert parquet_spool_schema(pa.schema([("a", arrow_type)])) is spooled_as_parquet
+
+
+def test_names_equal_but_for_case_keep_the_arrow_spool(spooling, secret):
+    assert not parquet_spool_schema(pa.schema([("Key", pa.string()), ("key", pa.string())]))
+    here = spooling[0]
+    sink = sink_for(here, secret, StandInDriver(), StorageLevel.MEMORY_AND_DISK, parquet_spool=True)
+    twins = pa.table({"Key": ["a"], "key": ["b"]})
+    placed = sink.put("input-0-1-0", twins, 0)
+    assert placed.local_file is not None and placed.local_file.endswith(".arrow")
+    assert here.store.get("input-0-1-0") == twins
     sink.close()
 
 

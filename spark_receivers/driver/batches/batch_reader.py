@@ -61,9 +61,12 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spark_receivers.rpc import messages as m
@@ -270,6 +273,7 @@ class BatchReader:
         tls: TlsConfig | None = None,
         rows_per_read_task: int = 0,
         tracker: str | None = None,
+        parquet_spool: bool = False,
     ) -> None:
         self._spark = spark
         self._side = spark_side(spark)
@@ -280,6 +284,8 @@ class BatchReader:
         self._cache = cache
         self._lost_block_policy = lost_block_policy
         self._tls = tls
+        self._parquet_spool = parquet_spool
+        """Blocks spooled as Parquet are read by Spark's reader (``block_source``)."""
         self.tracker = tracker
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
         self._lock = threading.Lock()
@@ -427,6 +433,7 @@ class BatchReader:
             self.tracker,
             tls=self._tls,
             batch_key=batch_key,
+            parquet_spool=self._parquet_spool,
         )
         if cache:
             df = self._persist(df)
@@ -527,6 +534,8 @@ class BatchReader:
         import pyarrow as pa
         from pyspark.sql.types import StringType, StructField, StructType
 
+        from spark_receivers.receiver.block_placement import write_spool_file
+        from spark_receivers.receiver.block_spool import close_quietly, make_spool
         from spark_receivers.rpc.auth import new_secret
         from spark_receivers.rpc.transport import FlightEndpoint
 
@@ -544,6 +553,7 @@ class BatchReader:
             **network.endpoint_kwargs(),
         )
         reader: BatchReader | None = None
+        spool, spool_lock = "", -1
         # The path the first batches take: read, not cached, where the actions are counted
         # (decision 0023); cached where they cannot be (Spark Connect).
         cache = self._cache and not self._start_counting()
@@ -553,7 +563,13 @@ class BatchReader:
             self._hold_connect_setting()
         try:
             reader = BatchReader(
-                self._spark, secret, None, self.read_partitions, cache, tls=self._tls
+                self._spark,
+                secret,
+                None,
+                self.read_partitions,
+                cache,
+                tls=self._tls,
+                parquet_spool=self._parquet_spool,
             )
             self._side.set_job_group(
                 WARM_UP_JOB_GROUP, "spark-receivers: warm up the batch path", True
@@ -562,6 +578,12 @@ class BatchReader:
                 m.ReceivedBlockInfo(0, f"input-0-0-{i}", table.num_rows, 0, server.address)
                 for i in range(self.read_partitions)
             ]
+            if self._parquet_spool:  # the first batches read spooled Parquet: so does this
+                spool, spool_lock = make_spool(tempfile.gettempdir())
+                infos = [
+                    replace(b, local_file=str(write_spool_file(spool, b.block_id, table, True)))
+                    for b in infos
+                ]
             schema = StructType([StructField("value", StringType())])
             for round_ in range(WARM_UP_ROUNDS):
                 df = reader._read_blocks(infos, schema, -1 - round_, cache)
@@ -574,3 +596,6 @@ class BatchReader:
                     reader.release(-1 - round_)
                 reader.close()
             server.close()
+            close_quietly(spool_lock)
+            if spool:
+                shutil.rmtree(spool, ignore_errors=True)
