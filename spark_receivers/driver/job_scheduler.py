@@ -165,7 +165,8 @@ class JobScheduler:
             **self._network.endpoint_kwargs(),
         )
         address = self._endpoint.address
-        # Local mode: receivers spool Parquet, read by Spark's own reader (decision 0026).
+        # Local mode with batch.parquetSpool on: receivers spool Parquet, read by Spark's
+        # own reader (decision 0026).
         parquet_spool = block_source.spark_reads_spool(self._side, cfg)
         self._batches = BatchReader(
             spark,

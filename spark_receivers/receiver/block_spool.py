@@ -10,10 +10,10 @@ the keeper over Arrow Flight: the block is written once and read in place (issue
 decision 0011). A reader on another host, or one that finds no file, fetches as before.
 
 In local mode with ``spark.receivers.batch.parquetSpool`` on (off by default; decision
-0026) the file is Parquet
-instead (``<block id>.<nonce>.parquet``, written only for a schema Spark reads back as it
-is: :func:`parquet_spool_schema`): the batch is then read by Spark's own Parquet reader,
-with no Python read task, and the keeper reads only the file's footer when it adopts it.
+0026) the file is Parquet instead (``<block id>.<nonce>.parquet``, written only for a schema
+Spark reads back as it is: :func:`parquet_spool_schema`): the batch is then read by Spark's
+own Parquet reader, with no Python read task, and the keeper reads only the file's footer
+when it adopts it.
 
 **Alive, or gone with its keeper**: the keeper holds an exclusive ``flock`` on the spool's
 ``.alive`` file as long as it runs; the kernel drops it when the process ends, however it
@@ -268,8 +268,9 @@ def read_spooled(path: str, block_id: str, num_records: int) -> pa.Table | None:
 
     None (the caller fetches the block from a keeper) when the file is not on this host,
     its keeper is gone, it is not a regular file of ours named for the block, or it does
-    not hold ``num_records`` records. The table maps the file: it stays readable after the
-    keeper removes the block (the pages go with the last mapping).
+    not hold ``num_records`` records. The table of an Arrow IPC file maps the file: it stays
+    readable after the keeper removes the block (the pages go with the last mapping); a
+    Parquet file is decoded.
     """
     if not is_spool_file(os.path.basename(path), block_id):
         return None

@@ -12,9 +12,8 @@ cannot be read fails the batch with an error that names it — or, with
 (``ReportLostBlock``): never silently skipped.
 
 **In local mode, when turned on** (``spark.receivers.batch.parquetSpool``, off by default;
-decision 0026) the receivers of
-this host write their blocks' spool files as Parquet, and the blocks whose file is in a
-live keeper's spool are read by Spark's own Parquet reader
+decision 0026) the receivers of this host write their blocks' spool files as Parquet, and
+the blocks whose file is in a live keeper's spool are read by Spark's own Parquet reader
 (``spark.read.schema(...).parquet(files)``): no Python read task, no Arrow-to-rows
 conversion in the JVM. The other blocks of the batch (no file, a keeper gone) are read by
 the ``mapInArrow`` above, and the two are one DataFrame (``union``). Spark orders a
