@@ -22,7 +22,7 @@ from typing import Any
 from waiting import wait_until
 
 from spark_receivers import LineSource, SocketTextReceiver, StreamingContext
-from spark_receivers.driver.batches.batch_reader import COMPRESSED_KEY
+from spark_receivers.driver.batches.cache_compression import COMPRESSED_KEY
 from spark_receivers.testing import (
     CONNECT_ENV,
     SequenceReceiver,

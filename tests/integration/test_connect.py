@@ -28,7 +28,7 @@ from waiting import wait_until
 
 from spark_receivers import GeneratorReceiver, StreamingContext
 from spark_receivers.cli.spark_session import spark_settings
-from spark_receivers.driver.batches.batch_reader import COMPRESSED_KEY, ConnectCacheSetting
+from spark_receivers.driver.batches.cache_compression import COMPRESSED_KEY, ConnectCacheSetting
 from spark_receivers.driver.tracking.scheduling_policy import ExecutorCacheTaskLocation
 from spark_receivers.errors import ConfigError
 from spark_receivers.spark.session_kind import ConnectSide, spark_side
