@@ -98,15 +98,7 @@ class BlockStore:
             entry = _Entry(None, path, generated_ms, size, table.num_rows)
         else:
             entry = _Entry(table, None, generated_ms, size, table.num_rows)
-        with self._lock:
-            old = self._blocks.pop(name, None)
-            if old is not None:
-                self._drop(old)
-            self._blocks[name] = entry
-            if entry.table is not None:
-                self._memory_bytes += size
-            else:
-                self._disk_bytes += size
+        self._insert(name, entry)
         return size
 
     def put_file(
@@ -116,13 +108,7 @@ class BlockStore:
 
         Counted with the bytes on disk: the store holds none of it in memory.
         """
-        entry = _Entry(None, file, generated_ms, size_bytes, num_rows, owns_file=False)
-        with self._lock:
-            old = self._blocks.pop(name, None)
-            if old is not None:
-                self._drop(old)
-            self._blocks[name] = entry
-            self._disk_bytes += size_bytes
+        self._insert(name, _Entry(None, file, generated_ms, size_bytes, num_rows, owns_file=False))
 
     def get(self, name: str) -> pa.Table:
         """Return a block; raise :class:`BlockNotFoundError` when it is not here."""
@@ -162,6 +148,18 @@ class BlockStore:
             spill, self._spill_dir = self._spill_dir, None
         if spill:
             shutil.rmtree(spill, ignore_errors=True)
+
+    def _insert(self, name: str, entry: _Entry) -> None:
+        """Keep ``entry`` as block ``name``, dropping a block of that name first; count it."""
+        with self._lock:
+            old = self._blocks.pop(name, None)
+            if old is not None:
+                self._drop(old)
+            self._blocks[name] = entry
+            if entry.table is not None:
+                self._memory_bytes += entry.size_bytes
+            else:
+                self._disk_bytes += entry.size_bytes
 
     def _drop(self, entry: _Entry) -> None:
         if entry.table is not None:
