@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
 from spark_receivers.driver.batches.batch_reader import CACHE_FROM_READS, BatchReader
 from spark_receivers.receiver.schema import DEFAULT_SCHEMA
@@ -189,6 +190,27 @@ def test_a_self_union_counts_as_two_reads(spark, store, reader):
         _settle(spark)
         reader.release(t)
     assert store.reads == fetched(store, 5)  # 1, 3 (not cached), 1
+
+
+def test_batches_share_their_read_input_and_mix_in_one_query(spark, store):
+    # The batches' reads map one range DataFrame per task count (made once): two batches
+    # held together still read their own blocks, in a union and in a join of the two.
+    reader = BatchReader(spark, store.secret, None, 2, cache=False)
+    try:
+        first = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
+        second = reader.read(STREAM, 2000, store.infos()[:1])  # type: ignore[arg-type]
+        assert reader._task_ranges(2) is reader._task_ranges(2)
+        assert first.union(second).count() == 400
+        joined = first.join(
+            second.withColumnRenamed("value", "other"), F.col("value") == F.col("other")
+        )
+        in_both = sorted(r["value"] for r in joined.collect())
+        assert in_both == sorted(f"w0 x{j}" for j in range(100))
+        _settle(spark)
+        reader.release(1000)
+        reader.release(2000)
+    finally:
+        reader.close()
 
 
 @pytest.mark.parametrize("cache", [True, False])

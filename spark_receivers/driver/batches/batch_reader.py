@@ -176,6 +176,7 @@ class BatchReader:
         self._lost_block_policy = lost_block_policy
         self._tls = tls
         self._parquet_spool = parquet_spool
+        self._task_ranges = block_source.TaskRanges(spark)
         """Blocks spooled as Parquet are read by Spark's reader (``block_source``)."""
         self.tracker = tracker
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
@@ -325,6 +326,7 @@ class BatchReader:
             tls=self._tls,
             batch_key=batch_key,
             parquet_spool=self._parquet_spool,
+            task_ranges=self._task_ranges,
         )
         if cache:
             df = self._persist(df)
