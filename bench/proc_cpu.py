@@ -39,6 +39,7 @@ __all__ = [
     "keepers_of",
     "sockets_to_port",
     "thread_group",
+    "tree_cpu_seconds",
 ]
 
 DRIVER = "driver Python"
@@ -137,6 +138,15 @@ def descendants(root: int) -> dict[int, ProcessInfo]:
             out[pid] = infos[pid]
             stack.extend(children.get(pid, ()))
     return out
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and every process below it now (gone ones not)."""
+    total = 0.0
+    for pid in descendants(root):
+        with contextlib.suppress(OSError):  # ended since the scan
+            total += stat_cpu_seconds(f"/proc/{pid}/stat")
+    return total
 
 
 def keepers_of(jvms: Iterable[int]) -> list[int]:

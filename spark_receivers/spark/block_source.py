@@ -304,11 +304,12 @@ class TaskRanges:
     """The read's input, ``spark.range(n)`` in ``n`` partitions, made once per task count.
 
     A DataFrame is immutable, so every batch with ``n`` read tasks can map the same one: a
-    new ``range`` each batch cost a Dataset and its schema fetched through py4j, a sixth to
-    a fifth of the CPU of building a batch's DataFrame (without an action, driver and JVM:
-    22.8-25.6 ms against 28.8-30.2 ms a batch, three rounds after 300 batches of JIT
-    warm-up; ``bench/results/probes-20261202/batch_frame_probe.log``). One per session
-    user (the batch reader): it holds the session's DataFrames. Thread-safe.
+    new ``range`` each batch cost a Dataset and its schema fetched through py4j: building
+    a batch's DataFrame without an action (driver and JVM) took 2-7 ms of CPU less in
+    each of six alternated rounds, 22.7-27.8 ms against 26.1-31.2 ms a batch
+    (``bench/results/probes-20261202/batch_frame_probe.log``, two runs, after 300 batches
+    of JIT warm-up). One per session user (the batch reader): it holds the session's
+    DataFrames. Thread-safe.
     """
 
     def __init__(self, spark: SparkSession) -> None:

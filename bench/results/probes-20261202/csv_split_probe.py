@@ -10,7 +10,6 @@ for less? Process CPU per line, chunks of 256 KiB and 3 MiB of ~100-byte lines, 
 rounds; both outputs compared first.
 """
 
-import random
 import sys
 import time
 
@@ -18,6 +17,9 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 sys.path.insert(0, ".")
+sys.path.insert(0, "bench/results/probes-20261201")
+from split_probe import make_chunk  # the same chunks as that probe
+
 from spark_receivers.receiver.lines import split_lines
 
 READ = pcsv.ReadOptions(column_names=["value"], use_threads=False, block_size=1 << 26)
@@ -36,17 +38,6 @@ CONVERT = pcsv.ConvertOptions(
     check_utf8=True,
     null_values=[],
 )
-
-
-def make_chunk(n_bytes: int) -> bytes:
-    rnd = random.Random(1)
-    words = [f"w{i}" for i in range(1000)]
-    lines, total = [], 0
-    while total < n_bytes:
-        line = " ".join(rnd.choice(words) for _ in range(30))[:99]
-        lines.append(line)
-        total += len(line) + 1
-    return "\n".join(lines).encode()
 
 
 def by_csv(chunk: bytes) -> pa.Array:

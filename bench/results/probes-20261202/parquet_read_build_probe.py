@@ -12,12 +12,10 @@ holding hard links to the 20 files; then the ``mapInArrow`` read of 20 blocks in
 calls counted; 150 of each first, then three alternated rounds of 100.
 """
 
-import glob
 import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import py4j.clientserver
 import pyarrow as pa
@@ -27,26 +25,14 @@ sys.path.insert(0, ".")
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
+from bench.proc_cpu import tree_cpu_seconds
 from spark_receivers.rpc.messages import ReceivedBlockInfo
 from spark_receivers.spark.block_source import TaskRanges, _parquet_read, blocks_dataframe
 
 
 def tree_cpu() -> float:
-    """CPU seconds of this process and its descendants, from /proc."""
-    procs = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        procs[int(stat.split("/")[2])] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    total, todo, seen = 0, [os.getpid()], set()
-    while todo:
-        pid = todo.pop()
-        seen.add(pid)
-        total += procs.get(pid, (0, 0))[1]
-        todo += [c for c, (parent, _) in procs.items() if parent == pid and c not in seen]
-    return total / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of this process and its descendants (the JVM)."""
+    return tree_cpu_seconds(os.getpid())
 
 
 calls = [0]
