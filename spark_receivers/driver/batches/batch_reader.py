@@ -176,8 +176,9 @@ class BatchReader:
         self._lost_block_policy = lost_block_policy
         self._tls = tls
         self._parquet_spool = parquet_spool
-        self._task_ranges = block_source.TaskRanges(spark)
         """Blocks spooled as Parquet are read by Spark's reader (``block_source``)."""
+        self._task_ranges = block_source.TaskRanges(spark)
+        """The reads' input ranges, one per task count, kept across batches."""
         self.tracker = tracker
         """The tracker endpoint read tasks report lost blocks to (``lostBlockPolicy=skip``)."""
         self._lock = threading.Lock()

@@ -6,7 +6,9 @@ batch cost its first action more than the memory it saved. Spark reads
 column batches are defined: :func:`persist_uncompressed` turns it off for that moment on a
 classic session; on Spark Connect, where the batches are defined by the batch's first
 action on the server, :class:`ConnectCacheSetting` holds it off in the session while a
-context reads cached batches through it. Used by the batch reader (``batch_reader.py``).
+context reads cached batches through it: the user's own caches in that session are
+uncompressed then too, unless the user set the key on the session, which then decides for
+both (docs/deploy.md). Used by the batch reader (``batch_reader.py``).
 """
 
 from __future__ import annotations
