@@ -194,18 +194,18 @@ def test_a_self_union_counts_as_two_reads(spark, store, reader):
 
 def test_batches_share_their_read_input_and_mix_in_one_query(spark, store):
     # The batches' reads map one range DataFrame per task count (made once): two batches
-    # held together still read their own blocks, in a union and in a join of the two.
+    # over it, held together, still read their own blocks, in a union and in a join.
     reader = BatchReader(spark, store.secret, None, 2, cache=False)
     try:
         first = reader.read(STREAM, 1000, store.infos())  # type: ignore[arg-type]
-        second = reader.read(STREAM, 2000, store.infos()[:1])  # type: ignore[arg-type]
-        assert reader._task_ranges(2) is reader._task_ranges(2)
-        assert first.union(second).count() == 400
+        second = reader.read(STREAM, 2000, store.infos())  # type: ignore[arg-type]
+        assert list(reader._task_ranges._by_tasks) == [2]  # one input, made once
+        assert first.union(second).count() == 600
         joined = first.join(
             second.withColumnRenamed("value", "other"), F.col("value") == F.col("other")
         )
         in_both = sorted(r["value"] for r in joined.collect())
-        assert in_both == sorted(f"w0 x{j}" for j in range(100))
+        assert in_both == sorted(f"w{i} x{j}" for i in range(3) for j in range(100))
         _settle(spark)
         reader.release(1000)
         reader.release(2000)
