@@ -348,7 +348,8 @@ def blocks_dataframe(
     the ``tracker`` endpoint) instead of failing the read; ``batch_key`` names the
     batch in plans (:func:`batch_alias`); ``parquet_spool`` (:func:`spark_reads_spool`):
     the blocks spooled as Parquet by a live keeper are read by Spark's Parquet reader;
-    ``task_ranges``: the read's input ranges, kept across batches (a new one otherwise).
+    ``task_ranges``: the read's input ranges, kept across batches (made for this call
+    otherwise).
     """
     if not blocks:
         return spark.createDataFrame([], schema)
@@ -366,8 +367,7 @@ def blocks_dataframe(
     if rest:
         runs = split_rows([asdict(b) for b in rest], max(1, max_partitions))
         read = BlockRead(runs, schema, secret, checkpoint_dir, lost_block_policy, tracker, tls)
-        tasks = len(runs)
-        ids = task_ranges(tasks) if task_ranges else spark.range(0, tasks, 1, tasks)
+        ids = (task_ranges or TaskRanges(spark))(len(runs))
         mapped = ids.mapInArrow(read, schema)
         df = mapped if df is None else df.union(mapped)
     assert df is not None
