@@ -362,11 +362,12 @@ def load_raw(path: Path) -> tuple[str, RunInfo, Any]:
     return doc["module"], RunInfo.from_dict(doc["run"]), doc["data"]
 
 
-def rerender(path: Path, output: Path | None = None) -> Path:
-    """Publish a section again from its raw file alone; the file written.
+def rerender(path: Path, output: Path | None = None, *, write: bool = True) -> tuple[Path, str]:
+    """Render a section again from its raw file alone: the file it belongs in, and its text.
 
     The section's module is imported (only ``bench.*`` and ``reliability.*``) for its
-    ``SECTION``; the header is the run's own, naming ``path`` as its raw file.
+    ``SECTION``; the header is the run's own, naming ``path`` as its raw file. ``write``:
+    publish it into that file (else nothing is written).
     """
     module, info, data = load_raw(path)
     if not module.startswith(("bench.", "reliability.")):
@@ -374,8 +375,9 @@ def rerender(path: Path, output: Path | None = None) -> Path:
     section = section_of(module, info.name)
     info = replace(info, raw=shown(path))
     target = output or REPO_ROOT / section.file
-    publish(section, info, data, target)
-    return target
+    if write:
+        publish(section, info, data, target)
+    return target, section.text(info, data)
 
 
 def section_of(module: str, name: str) -> Section:

@@ -173,11 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.from_raw:
         try:
-            written = rerender(Path(args.from_raw), Path(args.output) if args.output else None)
+            target, text = rerender(
+                Path(args.from_raw),
+                Path(args.output) if args.output else None,
+                write=not args.no_write,
+            )
         except ValueError as e:
             print(f"--from-raw: {e}", file=sys.stderr)
             return 2
-        print(f"wrote the section of {args.from_raw} into {shown(written)}")
+        if args.no_write:
+            print(text)
+        else:
+            print(f"wrote the section of {args.from_raw} into {shown(target)}")
         return 0
     sections = [x for x in args.sections.split(",") if x]
     unknown = [s for s in sections if s not in SECTIONS]

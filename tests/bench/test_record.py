@@ -240,8 +240,26 @@ def test_a_section_renders_again_from_its_raw_file_byte_for_byte(tmp_path):
     first = out.read_text()
     assert "| 1,000 x 5 | 4,972 (1 run) | **not met**: met in 0 of 1 runs, missed in 1 |" in first
     out.write_text(first.replace("4,972 (1 run)", "5,297 (edited by hand)"))
-    assert rerender(raw, out) == out
+    target, text = rerender(raw, out)
+    assert target == out
     assert out.read_text() == first  # the same section, byte for byte, from the raw file
+    assert text in first
+
+
+def test_bench_run_from_raw_with_no_write_prints_the_section_and_writes_nothing(tmp_path, capsys):
+    from bench.run import main
+    from bench.tracker_bench import SECTION
+
+    out = tmp_path / "BENCHMARKS.md"
+    argv = ["--output", str(out)]
+    with Recording(SECTION, "python -m bench.tracker_bench", argv, _args(tmp_path, *argv)) as rec:
+        pass
+    rec.finish({"target_per_s": 5000, "runs": []})
+    (raw,) = (tmp_path / "res").iterdir()
+    out.write_text("# Benchmarks\n\nEdited by hand.\n")
+    assert main(["--from-raw", str(raw), "--output", str(out), "--no-write"]) == 0
+    assert "## Tracker" in capsys.readouterr().out  # the section, printed
+    assert out.read_text() == "# Benchmarks\n\nEdited by hand.\n"  # nothing written
 
 
 def test_a_smoke_run_publishes_under_bench_out_and_no_write_publishes_nothing(tmp_path):
