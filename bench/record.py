@@ -375,9 +375,8 @@ def rerender(path: Path, output: Path | None = None, *, write: bool = True) -> t
     section = section_of(module, info.name)
     info = replace(info, raw=shown(path))
     target = output or REPO_ROOT / section.file
-    if write:
-        publish(section, info, data, target)
-    return target, section.text(info, data)
+    text = publish(section, info, data, target) if write else section.text(info, data)
+    return target, text
 
 
 def section_of(module: str, name: str) -> Section:
@@ -440,11 +439,13 @@ PREAMBLES = {
 """What a new records file starts with (the repository's own have their hand-written top)."""
 
 
-def publish(section: Section, info: RunInfo, data: Any, output: Path) -> None:
+def publish(section: Section, info: RunInfo, data: Any, output: Path) -> str:
     """Write ``section`` of this run into ``output`` (and its further outputs, when
-    ``output`` is the section's own file in this repository)."""
+    ``output`` is the section's own file in this repository); the section's text."""
     preamble = PREAMBLES.get(output.name, "")
-    write_section(output, section.name, section.text(info, data), preamble)
+    text = section.text(info, data)
+    write_section(output, section.name, text, preamble)
     own = (REPO_ROOT / section.file).resolve()
     if section.also_write is not None and output.resolve() == own:
         section.also_write(data, info)
+    return text
