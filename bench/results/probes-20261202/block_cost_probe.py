@@ -18,6 +18,7 @@ the keeper process (``/proc``), per block; 300 of each first, then three alterna
 rounds of 500.
 """
 
+import dataclasses
 import os
 import secrets
 import sys
@@ -45,7 +46,7 @@ class Tracker:
 secret = secrets.token_hex(16)
 config = StreamingConfig()
 settings = keeper_settings(secret, "127.0.0.1", config)
-settings = type(settings)(**{**settings.__dict__, "spool": True})
+settings = dataclasses.replace(settings, spool=True)
 handle = ensure_local_keeper(settings, watch_pid=os.getpid())
 print(f"keeper pid {handle.pid} at {handle.address}, spool {handle.spool_dir}", flush=True)
 sink = KeeperSink(
