@@ -18,9 +18,11 @@ header is always read as one even when it begins with zeros a few bytes before a
 (a small length). Zeros that do not reach a boundary are what they were before: a torn
 tail or corruption, by the rule below.
 
-The checksum is ``zlib.crc32`` (CRC-32/ISO-HDLC). CRC-32C would be faster in
-hardware, but neither the standard library nor pyarrow exposes it to Python and
-we add no dependency for it; ``zlib.crc32`` is C code and runs at >1 GB/s.
+The checksum is CRC-32/ISO-HDLC (``zlib.crc32``'s), computed by zlib-ng's ``crc32``
+(PCLMULQDQ/VPCLMULQDQ where the CPU has them): the same values as the standard
+library's, 4-5x as fast (15.6 against 3.6 GB/s on an 8 MB block here; the standard
+library's was ~28 ns of a receiver's CPU per 100-byte line with the WAL on, decision
+0027). Logs written with either read with either.
 
 The header checksum lets a reader reject a garbage length *before* it allocates
 anything; a length above ``max_record_bytes`` (default 256 MiB) is refused too,
@@ -47,9 +49,10 @@ only happens on a damaged file and costs about 0.25 s per MB scanned.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Protocol
+
+from zlib_ng import zlib_ng
 
 from spark_receivers.errors import CorruptRecordError, WriteAheadLogError
 
@@ -78,7 +81,7 @@ _SCAN_CHUNK = 1 << 20
 
 
 def _crc(data: bytes | memoryview) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
+    return zlib_ng.crc32(data) & 0xFFFFFFFF
 
 
 def encode_header(payload: bytes | memoryview) -> bytes:
