@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -47,6 +49,34 @@ class RecordingSource:
     def read_at(self, offset: int, length: int) -> bytes:
         self.largest_read = max(self.largest_read, length)
         return self._inner.read_at(offset, length)
+
+
+def test_without_zlib_ng_frames_are_the_same_and_read_back() -> None:
+    """An executor given the package as a zip may lack zlib-ng: the standard library's CRC-32
+    then writes the same frames and reads this process's frames (decision 0027)."""
+    payload = bytes(range(256)) * 300
+    here = encode_frame(payload)
+    script = (
+        "import sys\n"
+        "sys.modules['zlib_ng'] = None  # import zlib_ng now raises ImportError\n"
+        "from spark_receivers.wal import framing\n"
+        "assert framing._crc32.__module__ == 'zlib', framing._crc32.__module__\n"
+        "payload = bytes(range(256)) * 300\n"
+        "frame = framing.encode_frame(payload)\n"
+        "there = bytes.fromhex(sys.stdin.read())\n"
+        "assert framing.decode_bytes(there) == ([payload], len(there))\n"
+        "sys.stdout.write(frame.hex())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=here.hex(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert bytes.fromhex(done.stdout) == here
 
 
 def test_frame_layout() -> None:
