@@ -54,6 +54,11 @@ class RecordingSource:
 def test_without_zlib_ng_frames_are_the_same_and_read_back() -> None:
     """An executor given the package as a zip may lack zlib-ng: the standard library's CRC-32
     then writes the same frames and reads this process's frames (decision 0027)."""
+    from spark_receivers.wal import framing
+
+    # Where it is installed (the project's venv), zlib-ng computes it: a dropped dependency
+    # would otherwise cost the WAL its CPU again without a word.
+    assert framing._crc32.__module__ == "zlib_ng.zlib_ng"
     payload = bytes(range(256)) * 300
     here = encode_frame(payload)
     script = (
